@@ -1,0 +1,48 @@
+"""`gateway serve|worker|keys|filter|verify`.
+
+Each subcommand lives in its own module exposing `configure(parser)` and `run(args) -> int`, imported
+only when that subcommand runs, so `gateway filter` starts without loading the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("gateway.serve_cli", "run the API, the workers and the sweeper in one process"),
+    "worker": ("gateway.serve_cli", "run workers and the sweeper only, beside an API elsewhere"),
+    "keys": ("gateway.keys_cli", "manage API keys"),
+    "filter": ("gateway.filter_cli", "run the rule engine on text, print the verdict as JSON"),
+    "verify": ("gateway.verify_cli", "check a webhook's Standard Webhooks signature"),
+}
+
+
+def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="LLM webhook and content-filter gateway")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = argv[0] if argv else None
+    for name, (module, help_text) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name == wanted:  # only the chosen command's module is imported
+            importlib.import_module(module).configure(p) if name != "worker" else importlib.import_module(
+                module
+            ).configure_worker(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = _build_parser(args_list)
+    args = parser.parse_args(args_list)
+    module = importlib.import_module(args._module)
+    runner = module.run_worker if args.command == "worker" else module.run
+    code: int = runner(args)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Identifiers: time-ordered, URL-safe, unguessable.
+
+A job id sorts by creation time (48-bit milliseconds then 80 random bits, Crockford base32, like a
+ULID), so listing newest-first is an index scan on the id alone and the cursor is just an id.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def _b32(value: int, length: int) -> str:
+    out = []
+    for _ in range(length):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def ulid(now: float | None = None) -> str:
+    ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    return _b32((ms << 80) | rand, 26)
+
+
+def job_id(now: float | None = None) -> str:
+    return "job_" + ulid(now)
+
+
+def webhook_id(now: float | None = None) -> str:
+    return "msg_" + ulid(now)
+
+
+def worker_id() -> str:
+    return f"w_{os.getpid()}_{os.urandom(4).hex()}"

@@ -1,0 +1,102 @@
+"""Settings from the environment (GATEWAY_*), a `.env` file, or a TOML config file.
+
+Precedence, highest first: init arguments, environment, `.env`, the config file named by
+`GATEWAY_CONFIG_FILE` (default `config/gateway.toml` when it exists).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_policy_dir() -> Path:
+    local = Path("config/policies")
+    if local.is_dir():
+        return local
+    return REPO_ROOT / "config" / "policies"
+
+
+def _config_file() -> Path:
+    return Path(os.environ.get("GATEWAY_CONFIG_FILE", "config/gateway.toml"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GATEWAY_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    database_url: str = "sqlite:///var/gateway.db"
+    bootstrap_api_key: SecretStr | None = None
+    secret_key: SecretStr | None = None
+    var_dir: Path = Path("var")
+    policy_dir: Path = Field(default_factory=_default_policy_dir)
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+
+    lease_seconds: float = Field(default=30.0, gt=0)
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    poll_interval_seconds: float = Field(default=1.0, gt=0)
+    job_retention_seconds: int = Field(default=86400, ge=0)
+    queue_degraded_age_seconds: float = Field(default=60.0, gt=0)
+    idempotency_ttl_seconds: int = Field(default=86400, ge=1)
+
+    worker_concurrency: int = Field(default=64, ge=1)
+    webhook_retry_schedule: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200)
+    webhook_retry_jitter: float = Field(default=0.2, ge=0, le=1)
+    webhook_timeout_seconds: float = Field(default=15.0, gt=0)
+    webhook_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    webhook_allow_private_networks: bool = False
+    webhook_max_concurrency: int = Field(default=512, ge=1)
+    webhook_max_per_host: int = Field(default=64, ge=1)
+    webhook_response_body_cap: int = Field(default=4096, ge=0)
+    webhook_max_retry_after_seconds: float = Field(default=3600.0, ge=0)
+
+    metrics_require_auth: bool = False
+    rate_limit_per_second: float = Field(default=0.0, ge=0)  # 0 = off
+    rate_limit_burst: int = Field(default=200, ge=1)
+
+    @field_validator("webhook_retry_schedule", mode="before")
+    @classmethod
+    def _parse_schedule(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",") if p.strip()]
+            try:
+                out = tuple(float(p) for p in parts)
+            except ValueError as exc:
+                raise ValueError("must be comma-separated seconds, e.g. 5,30,120") from exc
+            if any(p < 0 for p in out):
+                raise ValueError("delays must be >= 0")
+            return out
+        if isinstance(value, int | float):
+            return (float(value),)
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
+        path = _config_file()
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        sources.append(file_secret_settings)
+        return tuple(sources)
