@@ -11,12 +11,18 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-_COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("gateway.serve_cli", "run the API, the workers and the sweeper in one process"),
-    "worker": ("gateway.serve_cli", "run workers and the sweeper only, beside an API elsewhere"),
-    "keys": ("gateway.keys_cli", "manage API keys"),
-    "filter": ("gateway.filter_cli", "run the rule engine on text, print the verdict as JSON"),
-    "verify": ("gateway.verify_cli", "check a webhook's Standard Webhooks signature"),
+# name -> (module, configure function, run function, help)
+_COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "serve": ("gateway.serve_cli", "configure", "run", "run the API, the workers and the sweeper in one process"),
+    "worker": (
+        "gateway.serve_cli",
+        "configure_worker",
+        "run_worker",
+        "run workers and the sweeper only, beside an API elsewhere",
+    ),
+    "keys": ("gateway.keys_cli", "configure", "run", "manage API keys"),
+    "filter": ("gateway.filter_cli", "configure", "run", "run the rule engine on text, print the verdict as JSON"),
+    "verify": ("gateway.verify_cli", "configure", "run", "check a webhook's Standard Webhooks signature"),
 }
 
 
@@ -24,13 +30,11 @@ def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="LLM webhook and content-filter gateway")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = argv[0] if argv else None
-    for name, (module, help_text) in _COMMANDS.items():
+    for name, (module, configure, runner, help_text) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, _runner=runner)
         if name == wanted:  # only the chosen command's module is imported
-            importlib.import_module(module).configure(p) if name != "worker" else importlib.import_module(
-                module
-            ).configure_worker(p)
+            getattr(importlib.import_module(module), configure)(p)
     return parser
 
 
@@ -38,9 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser(args_list)
     args = parser.parse_args(args_list)
-    module = importlib.import_module(args._module)
-    runner = module.run_worker if args.command == "worker" else module.run
-    code: int = runner(args)
+    code: int = getattr(importlib.import_module(args._module), args._runner)(args)
     return code
 
 

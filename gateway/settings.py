@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite:///var/gateway.db"
+    sqlite_synchronous: str = "FULL"
     bootstrap_api_key: SecretStr | None = None
     secret_key: SecretStr | None = None
     var_dir: Path = Path("var")

@@ -1,0 +1,65 @@
+"""Builds the Starlette app from Settings; the lifespan opens the store and starts the runtime."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+
+from gateway.clock import Clock
+from gateway.crypto import SecretBox, load_secret_key
+from gateway.metrics import Metrics
+from gateway.policies import PolicyRegistry
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+from gateway.store import open_store
+
+log = logging.getLogger("gateway")
+
+
+async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Runtime:
+    """Open the store (running migrations) and everything that hangs off it; no workers yet."""
+    store = open_store(settings)
+    await store.open()
+    key = load_secret_key(
+        settings.secret_key.get_secret_value() if settings.secret_key else None, settings.var_dir
+    )
+    runtime = Runtime(
+        settings=settings,
+        store=store,
+        clock=clock or Clock(),
+        box=SecretBox(key),
+        policies=PolicyRegistry(store, settings.policy_dir),
+        metrics=Metrics(),
+    )
+    runtime.started_at = runtime.clock.now()
+    return runtime
+
+
+def create_app(settings: Settings | None = None, *, workers: bool = True, clock: Clock | None = None) -> Starlette:
+    """The API; with `workers`, the pipeline and the sweeper run in the same process."""
+    from gateway.api import exception_handlers, middleware, routes
+
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        runtime = await build_runtime(settings, clock=clock)
+        app.state.runtime = runtime
+        await runtime.ensure_bootstrap_key()
+        if workers:
+            await runtime.start_workers()
+        try:
+            yield
+        finally:
+            await runtime.shutdown()
+
+    app = Starlette(
+        routes=routes(),
+        middleware=middleware(settings),
+        exception_handlers=exception_handlers(),
+        lifespan=lifespan,
+    )
+    return app

@@ -1,0 +1,405 @@
+"""The worker: claim -> filter -> transition, and claim -> sign -> send -> record.
+
+Work reaches a worker two ways. The fast way: a job created (or answered) in this process is leased
+to this worker inside the same write that stores it, and handed over in memory (`offer`), so it costs
+no claim round-trip. The durable way: every `poll_interval` (and at once when hinted) the worker
+claims due rows from the store, which is how it picks up jobs from other processes and jobs whose
+worker died (their lease ran out). Every write after a claim is a compare-and-set on the status and
+the lease owner, so a worker that lost its lease changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from rules import CompiledPolicy
+
+from gateway import ids
+from gateway.delivery.retry import next_delay
+from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
+from gateway.delivery.signing import webhook_headers
+from gateway.jobs import DeliveryState, JobStatus, Mode, WebhookEvent
+from gateway.store.base import Attempt, Delivery, Job, JobChanges, NewDelivery, StoreError
+from gateway.webhooks import event_body
+
+if TYPE_CHECKING:
+    from gateway.runtime import Runtime
+
+log = logging.getLogger("gateway.pipeline")
+
+S = JobStatus
+_BIG_TEXT = 64 * 1024  # filter larger texts in a thread so one huge prompt cannot stall the loop
+_CLAIM_BATCH = 256
+
+
+def _fail_closed(rule: str, message: str) -> dict[str, Any]:
+    """The verdict recorded when a job cannot be filtered: blocked, never let through unfiltered."""
+    return {
+        "verdict": "blocked",
+        "message": None,
+        "matches": [
+            {"rule": rule, "category": "gateway", "action": "block", "start": 0, "end": 0, "score": 1.0}
+        ],
+        "error": message,
+    }
+
+
+class _Lane:
+    """A bounded set of in-flight tasks fed by local hand-offs and by claims from the store."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.local: collections.deque[Any] = collections.deque()
+        self.inflight: dict[str, asyncio.Task[None]] = {}
+        self.wake = asyncio.Event()
+        self.hint = False
+
+    @property
+    def free(self) -> int:
+        return self.limit - len(self.inflight)
+
+    def poke(self, *, hint: bool = False) -> None:
+        self.hint = self.hint or hint
+        self.wake.set()
+
+
+class Pipeline:
+    def __init__(self, runtime: Runtime, transport: Transport | None = None) -> None:
+        self.rt = runtime
+        self.settings = runtime.settings
+        self.owner = ids.worker_id()
+        self.accepting = False
+        self.transport: Transport = transport or AiohttpTransport.from_settings(runtime.settings)
+        self._jobs = _Lane("jobs", self.settings.worker_concurrency)
+        self._deliveries = _Lane("deliveries", self.settings.webhook_max_concurrency)
+        self._loops: list[asyncio.Task[None]] = []
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._rng = random.Random()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.accepting = True
+        self._loops = [
+            asyncio.create_task(self._run_lane(self._jobs, self._claim_jobs, self._process_job), name="jobs"),
+            asyncio.create_task(
+                self._run_lane(self._deliveries, self._claim_deliveries, self._deliver), name="deliveries"
+            ),
+            asyncio.create_task(self._heartbeat(), name="heartbeat"),
+        ]
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop claiming; let in-flight work finish within `grace`; release the rest to other workers."""
+        self.accepting = False
+        for timer in self._timers:
+            timer.cancel()
+        for lane in (self._jobs, self._deliveries):
+            lane.wake.set()
+        pending = [t for lane in (self._jobs, self._deliveries) for t in lane.inflight.values()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace)
+        leftover_jobs = list(self._jobs.inflight) + [j.id for j in self._jobs.local]
+        leftover_deliveries = list(self._deliveries.inflight) + [d.id for d in self._deliveries.local]
+        for lane in (self._jobs, self._deliveries):
+            for task in lane.inflight.values():
+                task.cancel()
+        for loop_task in self._loops:
+            loop_task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        with contextlib.suppress(StoreError):
+            await self.rt.store.release_leases(
+                self.owner, leftover_jobs, leftover_deliveries, now=self.rt.clock.now()
+            )
+        await self.transport.close()
+
+    def offer(self, job: Job) -> None:
+        """A job was just created or answered. If it is leased to us, run it; else hint a claim."""
+        if not self.accepting:
+            return
+        if job.lease_owner == self.owner:
+            self._jobs.local.append(job)
+            self._jobs.poke()
+        else:
+            self._jobs.poke(hint=True)
+
+    # ---- the lane loop --------------------------------------------------------------------
+
+    async def _run_lane(
+        self,
+        lane: _Lane,
+        claim: Callable[[int], Coroutine[Any, Any, list[Any]]],
+        work: Callable[[Any], Coroutine[Any, Any, None]],
+    ) -> None:
+        poll = self.settings.poll_interval_seconds
+        next_claim = 0.0
+        while self.accepting:
+            lane.wake.clear()
+            while lane.local and lane.free > 0:
+                self._spawn(lane, lane.local.popleft(), work)
+            now = time.monotonic()
+            if lane.free > 0 and (lane.hint or now >= next_claim):
+                lane.hint = False
+                limit = min(lane.free, _CLAIM_BATCH)
+                try:
+                    items = await claim(limit)
+                except StoreError as exc:
+                    log.warning("%s claim failed: %s", lane.name, exc)
+                    items = []
+                    next_claim = time.monotonic() + poll
+                else:
+                    next_claim = time.monotonic() + (0.0 if len(items) == limit else poll)
+                for item in items:
+                    self._spawn(lane, item, work)
+                continue
+            if lane.local and lane.free > 0:
+                continue
+            timeout = max(0.0, next_claim - time.monotonic()) if lane.free > 0 else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lane.wake.wait(), timeout=timeout)
+
+    def _spawn(self, lane: _Lane, item: Job | Delivery, work: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
+        if item.id in lane.inflight:
+            return
+        task = asyncio.create_task(work(item))
+        lane.inflight[item.id] = task
+
+        def done(t: asyncio.Task[None], key: str = item.id) -> None:
+            lane.inflight.pop(key, None)
+            lane.wake.set()
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s %s crashed", lane.name, key, exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    async def _heartbeat(self) -> None:
+        """Renew the leases of in-flight work so a slow step is not taken over while still alive."""
+        lease = self.settings.lease_seconds
+        while self.accepting:
+            await asyncio.sleep(lease / 3)
+            job_ids = list(self._jobs.inflight) + [j.id for j in self._jobs.local]
+            delivery_ids = list(self._deliveries.inflight) + [d.id for d in self._deliveries.local]
+            with contextlib.suppress(StoreError):
+                await self.rt.store.renew_leases(
+                    self.owner, job_ids, delivery_ids, until=self.rt.clock.now() + lease
+                )
+
+    # ---- filtering ------------------------------------------------------------------------
+
+    async def _claim_jobs(self, limit: int) -> list[Job]:
+        return await self.rt.store.claim_jobs(
+            self.owner, now=self.rt.clock.now(), lease=self.settings.lease_seconds, limit=limit
+        )
+
+    async def _scan(self, policy: CompiledPolicy | None, text: str | None, direction: str) -> dict[str, Any]:
+        if policy is None:
+            return _fail_closed("gateway.policy_unavailable", "the job's policy no longer exists")
+        if text is None:
+            return _fail_closed("gateway.missing_text", f"no {direction} text to filter")
+        started = time.perf_counter()
+        try:
+            if len(text) > _BIG_TEXT:
+                verdict = await asyncio.to_thread(policy.scan, text, direction)
+            else:
+                verdict = policy.scan(text, direction)
+        except Exception:
+            log.exception("filter crashed on a %s message", direction)
+            return _fail_closed("gateway.filter_error", "the filter failed on this message")
+        finally:
+            self.rt.metrics.filter_seconds.labels(direction).observe(time.perf_counter() - started)
+        return verdict.to_dict()
+
+    async def _process_job(self, job: Job) -> None:
+        rt = self.rt
+        if job.status not in (S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND):
+            return
+        policy = await rt.policies.get(job.tenant_id, job.policy)
+        inbound = job.inbound
+        outbound: dict[str, Any] | None = None
+        changes: dict[str, Any] = {}
+        path = [job.status]
+        event: WebhookEvent | None
+
+        if job.status is S.PROCESSING_INBOUND:
+            inbound = await self._scan(policy, job.input_text, "inbound")
+            changes.update(inbound=inbound, clear_input=True)
+            if inbound["verdict"] == "blocked":
+                path.append(S.INBOUND_BLOCKED)
+                event = WebhookEvent.INBOUND_BLOCKED
+            elif job.mode is Mode.SEPARATE:
+                path.append(S.AWAITING_RESPONSE)
+                event = WebhookEvent.AWAITING_RESPONSE
+            else:
+                path.append(S.PROCESSING_OUTBOUND)
+        if path[-1] is S.PROCESSING_OUTBOUND:
+            outbound = await self._scan(policy, job.output_text, "outbound")
+            changes.update(outbound=outbound, clear_output=True)
+            if outbound["verdict"] == "blocked":
+                path.append(S.OUTBOUND_BLOCKED)
+                event = WebhookEvent.OUTBOUND_BLOCKED
+            else:
+                path.append(S.DELIVERING)
+                event = WebhookEvent.COMPLETED
+                if job.webhook_url is None:
+                    path.append(S.COMPLETED)
+
+        now = rt.clock.now()
+        deliveries: list[NewDelivery] = []
+        if job.webhook_url is not None and event is not None:
+            body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
+            deliveries.append(
+                NewDelivery(ids.webhook_id(now), event.value, job.webhook_url, body, deadline=job.expires_at)
+            )
+        lease = self.settings.lease_seconds
+        ok = await rt.store.transition(
+            job.id,
+            path,
+            now=now,
+            owner=self.owner,
+            changes=JobChanges(**changes),
+            deliveries=deliveries,
+            claim_for=self.owner if deliveries and self.accepting else None,
+            lease=lease,
+        )
+        if not ok:
+            return  # cancelled, expired, or taken over after our lease ran out: someone else decides
+        if path[-1] in (S.INBOUND_BLOCKED, S.OUTBOUND_BLOCKED, S.COMPLETED):
+            rt.metrics.jobs_finished.labels(path[-1].value).inc()
+        for new in deliveries:
+            if not self.accepting:
+                break
+            self._deliveries.local.append(
+                Delivery(
+                    id=new.id,
+                    job_id=job.id,
+                    tenant_id=job.tenant_id,
+                    event=new.event,
+                    url=new.url,
+                    body=new.body,
+                    state=DeliveryState.PENDING,
+                    attempts=0,
+                    deadline=new.deadline,
+                    created_at=now,
+                    secret_enc=job.secret_enc,
+                    signing_key_enc=job.signing_key_enc,
+                    job_status=path[-1],
+                )
+            )
+            self._deliveries.poke()
+
+    # ---- delivery -------------------------------------------------------------------------
+
+    async def _claim_deliveries(self, limit: int) -> list[Delivery]:
+        return await self.rt.store.claim_deliveries(
+            self.owner, now=self.rt.clock.now(), lease=self.settings.lease_seconds, limit=limit
+        )
+
+    def _headers(self, d: Delivery, timestamp: int) -> dict[str, str]:
+        aad = d.job_id.encode()
+        if d.secret_enc is None:
+            raise ValueError("job has no webhook secret")
+        secret = self.rt.box.decrypt(d.secret_enc, aad).decode()
+        signing_key = self.rt.box.decrypt(d.signing_key_enc, aad).decode() if d.signing_key_enc else None
+        return webhook_headers(d.id, timestamp, d.body, secret, signing_key)
+
+    async def _deliver(self, d: Delivery) -> None:
+        rt = self.rt
+        started = rt.clock.now()
+        try:
+            headers = self._headers(d, int(started))
+        except Exception:
+            log.exception("cannot sign delivery %s", d.id)
+            result = AttemptResult(
+                status_code=None,
+                error="signing_failed",
+                duration_ms=0.0,
+                retry_after=None,
+                response_excerpt="",
+                outcome="refused",
+            )
+        else:
+            result = await self.transport.post(d.url, headers, d.body)
+        rt.metrics.webhook_attempts.labels(result.outcome).inc()
+        rt.metrics.webhook_seconds.observe(result.duration_ms / 1000)
+        attempt_no = d.attempts + 1
+        finished = rt.clock.now()
+        is_final_event = d.event == WebhookEvent.COMPLETED.value
+        job_path: list[JobStatus] | None = None
+        job_changes = JobChanges()
+        next_at: float | None = None
+
+        if result.outcome == "success":
+            state = DeliveryState.SUCCEEDED
+            if is_final_event:
+                job_path = [S.DELIVERING, S.COMPLETED]
+        elif result.outcome in ("gone", "refused"):
+            state = DeliveryState.FAILED
+            code = "webhook_gone" if result.outcome == "gone" else "webhook_url_forbidden"
+            message = (
+                "the receiver answered 410 Gone: delivery stopped"
+                if result.outcome == "gone"
+                else f"the webhook URL was refused: {result.error}"
+            )
+            if is_final_event:
+                job_path = [S.DELIVERING, S.FAILED]
+                job_changes = JobChanges(error_code=code, error_message=message)
+        else:
+            delay = next_delay(
+                attempt_no, self.settings.webhook_retry_schedule, self.settings.webhook_retry_jitter, self._rng
+            )
+            if delay is not None and result.retry_after is not None:
+                delay = min(max(result.retry_after, 0.0), self.settings.webhook_max_retry_after_seconds)
+            if delay is not None and finished + delay < d.deadline:
+                state = DeliveryState.PENDING
+                next_at = finished + delay
+            else:
+                state = DeliveryState.FAILED
+                if is_final_event:
+                    job_path = [S.DELIVERING, S.FAILED]
+                    why = "every retry was used" if delay is None else "the next retry would pass expires_at"
+                    job_changes = JobChanges(
+                        error_code="webhook_failed",
+                        error_message=f"delivery failed after {attempt_no} attempts ({why});"
+                        f" last error: {result.error or result.status_code}",
+                    )
+        attempt = Attempt(
+            delivery_id=d.id,
+            job_id=d.job_id,
+            event=d.event,
+            attempt=attempt_no,
+            started_at=started,
+            duration_ms=result.duration_ms,
+            status_code=result.status_code,
+            error=result.error,
+            response_excerpt=result.response_excerpt,
+            next_attempt_at=next_at,
+        )
+        ok = await rt.store.record_attempt(
+            attempt, owner=self.owner, state=state, now=finished, job_path=job_path, job_changes=job_changes
+        )
+        if ok and job_path is not None:
+            rt.metrics.jobs_finished.labels(job_path[-1].value).inc()
+        if ok and next_at is not None and self.accepting:
+            self._wake_deliveries_at(next_at)
+
+    def _wake_deliveries_at(self, when: float) -> None:
+        """A retry due before the next poll: hint a claim right when it falls due."""
+        delay = when - self.rt.clock.now()
+        if delay >= self.settings.poll_interval_seconds:
+            return
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            self._deliveries.poke(hint=True)
+
+        handle = loop.call_later(max(0.0, delay) + 0.001, fire)
+        self._timers.add(handle)

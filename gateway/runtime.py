@@ -1,0 +1,69 @@
+"""What one process shares between the API, the pipeline and the sweeper."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway.clock import Clock
+from gateway.crypto import SecretBox, hash_api_key
+from gateway.metrics import Metrics
+from gateway.policies import PolicyRegistry
+from gateway.settings import Settings
+from gateway.store.base import Job, Store
+
+if TYPE_CHECKING:
+    from gateway.pipeline import Pipeline
+    from gateway.sweeper import Sweeper
+
+log = logging.getLogger("gateway")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    clock: Clock
+    box: SecretBox
+    policies: PolicyRegistry
+    metrics: Metrics
+    pipeline: Pipeline | None = None
+    sweeper: Sweeper | None = None
+    started_at: float = field(default=0.0)
+
+    @property
+    def local_owner(self) -> str | None:
+        """The worker id to lease new work to at once, when this process runs workers."""
+        return self.pipeline.owner if self.pipeline is not None and self.pipeline.accepting else None
+
+    def job_ready(self, job: Job) -> None:
+        """A job was created or got its response: hand it to the local workers (it is leased to
+        them), or do nothing and let whichever worker claims it first run it."""
+        if self.pipeline is not None:
+            self.pipeline.offer(job)
+
+    async def ensure_bootstrap_key(self) -> None:
+        key = self.settings.bootstrap_api_key
+        if key is None:
+            return
+        digest = hash_api_key(key.get_secret_value())
+        if await self.store.tenant_for_key(digest) is None:
+            await self.store.add_api_key("default", digest, self.clock.now())
+
+    async def start_workers(self) -> None:
+        from gateway.pipeline import Pipeline
+        from gateway.sweeper import Sweeper
+
+        self.pipeline = Pipeline(self)
+        self.sweeper = Sweeper(self)
+        await self.pipeline.start()
+        await self.sweeper.start()
+
+    async def shutdown(self) -> None:
+        """Stop taking work, finish or release what is in flight, then close the store."""
+        if self.sweeper is not None:
+            await self.sweeper.stop()
+        if self.pipeline is not None:
+            await self.pipeline.stop()
+        await self.store.close()
