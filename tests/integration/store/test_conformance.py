@@ -1,0 +1,294 @@
+"""One conformance suite: every Store implementation must pass all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gateway import ids
+from gateway.jobs import DeliveryState, JobStatus, Mode
+from gateway.store.base import Attempt, JobChanges, NewDelivery, NewJob, Store
+
+S = JobStatus
+LEASE = 30.0
+
+
+def new_job(
+    tenant: str = "t1",
+    *,
+    now: float | None = None,
+    mode: Mode = Mode.SEPARATE,
+    webhook: str | None = "http://receiver.test/hook",
+    ttl: float = 3600,
+    idem: tuple[str, str] | None = None,
+) -> NewJob:
+    now = time.time() if now is None else now
+    return NewJob(
+        id=ids.job_id(now),
+        tenant_id=tenant,
+        mode=mode,
+        policy="default",
+        input_text="hello",
+        output_text="answer" if mode is Mode.COMBINED else None,
+        webhook_url=webhook,
+        secret_enc=b"enc",
+        signing_key_enc=None,
+        metadata={"k": "v"},
+        created_at=now,
+        expires_at=now + ttl,
+        idem_key=idem[0] if idem else None,
+        idem_hash=idem[1] if idem else None,
+    )
+
+
+async def create(store: Store, job: NewJob | None = None, claim_for: str | None = None) -> str:
+    job = job or new_job()
+    created, fresh = await store.create_job(job, claim_for=claim_for, lease=LEASE, idempotency_ttl=86400)
+    assert fresh
+    return created.id
+
+
+async def test_create_get_and_tenant_isolation(store: Store) -> None:
+    job_id = await create(store)
+    job = await store.get_job("t1", job_id)
+    assert job is not None
+    assert job.status is S.PROCESSING_INBOUND
+    assert job.metadata == {"k": "v"}
+    assert job.delivery is not None and job.delivery.attempts == 0
+    assert await store.get_job("t2", job_id) is None
+    assert await store.list_jobs("t2", status=None, limit=10, before_id=None) == []
+    assert await store.list_attempts("t2", job_id) == []
+
+
+async def test_idempotency_key_returns_first_job_within_ttl(store: Store) -> None:
+    now = time.time()
+    first, fresh = await store.create_job(
+        new_job(now=now, idem=("k1", "h1")), claim_for=None, lease=LEASE, idempotency_ttl=100
+    )
+    assert fresh
+    again, fresh2 = await store.create_job(
+        new_job(now=now + 1, idem=("k1", "h2")), claim_for=None, lease=LEASE, idempotency_ttl=100
+    )
+    assert not fresh2 and again.id == first.id and again.idem_hash == "h1"
+    other_tenant, fresh3 = await store.create_job(
+        new_job("t2", now=now + 1, idem=("k1", "h1")), claim_for=None, lease=LEASE, idempotency_ttl=100
+    )
+    assert fresh3 and other_tenant.id != first.id
+    later, fresh4 = await store.create_job(
+        new_job(now=now + 101, idem=("k1", "h1")), claim_for=None, lease=LEASE, idempotency_ttl=100
+    )
+    assert fresh4 and later.id != first.id
+
+
+async def test_concurrent_idempotent_creates_make_one_job(store: Store) -> None:
+    now = time.time()
+    results = await asyncio.gather(
+        *(
+            store.create_job(new_job(now=now, idem=("same", "h")), claim_for=None, lease=LEASE, idempotency_ttl=60)
+            for _ in range(20)
+        )
+    )
+    assert sum(1 for _, fresh in results if fresh) == 1
+    assert len({job.id for job, _ in results}) == 1
+
+
+async def test_racing_claimers_claim_each_job_once(store: Store) -> None:
+    created = {await create(store) for _ in range(60)}
+    now = time.time()
+    batches = await asyncio.gather(
+        *(store.claim_jobs(f"w{i}", now=now, lease=LEASE, limit=7) for i in range(12))
+    )
+    claimed = [job.id for batch in batches for job in batch]
+    assert len(claimed) == len(set(claimed))
+    rest = await store.claim_jobs("late", now=now, lease=LEASE, limit=100)
+    assert set(claimed) | {j.id for j in rest} == created
+    assert not set(claimed) & {j.id for j in rest}
+
+
+async def test_lease_expiry_makes_job_claimable_again(store: Store) -> None:
+    job_id = await create(store, claim_for="dead-worker")
+    now = time.time()
+    assert await store.claim_jobs("w2", now=now, lease=LEASE, limit=10) == []
+    [again] = await store.claim_jobs("w2", now=now + LEASE + 1, lease=LEASE, limit=10)
+    assert again.id == job_id and again.lease_owner == "w2"
+    # the dead worker's late write is refused: it no longer owns the job
+    assert not await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, owner="dead-worker")
+    assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, owner="w2")
+
+
+async def test_renew_and_release_leases(store: Store) -> None:
+    job_id = await create(store, claim_for="w1")
+    now = time.time()
+    await store.renew_leases("w1", [job_id], [], until=now + 500)
+    assert await store.claim_jobs("w2", now=now + LEASE + 1, lease=LEASE, limit=10) == []
+    await store.release_leases("w1", [job_id], [], now=now)
+    [claimed] = await store.claim_jobs("w2", now=now, lease=LEASE, limit=10)
+    assert claimed.id == job_id
+
+
+async def test_transition_is_compare_and_set(store: Store) -> None:
+    job_id = await create(store)
+    now = time.time()
+    assert not await store.transition(job_id, [S.PROCESSING_OUTBOUND, S.DELIVERING], now=now)
+    assert await store.transition(
+        job_id,
+        [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE],
+        now=now,
+        changes=JobChanges(inbound={"verdict": "allowed", "message": "hi", "matches": []}, clear_input=True),
+    )
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.AWAITING_RESPONSE and job.input_text is None
+    assert job.inbound == {"verdict": "allowed", "message": "hi", "matches": []}
+    # the same CAS a second time loses
+    assert not await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now)
+
+
+async def test_terminal_status_never_changes(store: Store) -> None:
+    job_id = await create(store)
+    now = time.time()
+    assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.INBOUND_BLOCKED], now=now)
+    for target in (S.EXPIRED, S.CANCELLED):
+        assert not await store.transition(job_id, [S.PROCESSING_INBOUND, target], now=now)
+    cancel = await store.cancel_job("t1", job_id, now=now)
+    assert not cancel.ok and cancel.job is not None and cancel.job.status is S.INBOUND_BLOCKED
+    assert await store.expire_due(now=now + 10**6, limit=10) == []
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.INBOUND_BLOCKED and job.finished_at is not None
+
+
+async def test_submit_response_only_while_awaiting_and_unexpired(store: Store) -> None:
+    now = time.time()
+    job_id = await create(store, new_job(now=now, ttl=100))
+    early = await store.submit_response("t1", job_id, "out", now=now, claim_for=None, lease=LEASE)
+    assert not early.ok and early.job is not None and early.job.status is S.PROCESSING_INBOUND
+    assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now)
+    wrong_tenant = await store.submit_response("t2", job_id, "out", now=now, claim_for=None, lease=LEASE)
+    assert not wrong_tenant.ok and wrong_tenant.job is None
+    too_late = await store.submit_response("t1", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
+    assert not too_late.ok
+    ok = await store.submit_response("t1", job_id, "out", now=now, claim_for="w1", lease=LEASE)
+    assert ok.ok and ok.job is not None and ok.job.status is S.PROCESSING_OUTBOUND
+    assert ok.job.output_text == "out" and ok.job.lease_owner == "w1"
+    again = await store.submit_response("t1", job_id, "out2", now=now, claim_for=None, lease=LEASE)
+    assert not again.ok
+
+
+async def test_cancel_stops_pending_deliveries(store: Store) -> None:
+    now = time.time()
+    job_id = await create(store)
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
+    assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook])
+    result = await store.cancel_job("t1", job_id, now=now)
+    assert result.ok and result.job is not None and result.job.status is S.CANCELLED
+    assert result.job.error_code == "cancelled"
+    assert await store.claim_deliveries("w", now=now + 1, lease=LEASE, limit=10) == []
+
+
+async def test_delivery_retry_then_success_completes_job(store: Store) -> None:
+    now = time.time()
+    job_id = await create(store, new_job(now=now, mode=Mode.COMBINED))
+    hook = NewDelivery(ids.webhook_id(), "job.completed", "http://r.test/", b'{"a":1}', now + 3600)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING], now=now, deliveries=[hook]
+    )
+    [d] = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
+    assert d.id == hook.id and d.body == b'{"a":1}' and d.secret_enc == b"enc" and d.attempts == 0
+    assert await store.claim_deliveries("w2", now=now, lease=LEASE, limit=10) == []
+    first = Attempt(d.id, job_id, d.event, 1, now, 12.5, 500, "http_500", "oops", now + 5)
+    assert await store.record_attempt(first, owner="w1", state=DeliveryState.PENDING, now=now)
+    stats = await store.queue_stats()
+    assert stats.retrying == 1 and stats.queues["delivering"].depth == 1
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.delivery is not None
+    assert job.delivery.attempts == 1 and job.delivery.last_status_code == 500
+    assert job.delivery.next_attempt_at == now + 5
+    assert await store.claim_deliveries("w2", now=now + 1, lease=LEASE, limit=10) == []
+    [d2] = await store.claim_deliveries("w2", now=now + 6, lease=LEASE, limit=10)
+    assert d2.id == d.id and d2.attempts == 1
+    # the first worker's lease is gone: its write is refused
+    stale = Attempt(d.id, job_id, d.event, 2, now, 1.0, 200, None, "", None)
+    assert not await store.record_attempt(stale, owner="w1", state=DeliveryState.SUCCEEDED, now=now)
+    second = Attempt(d.id, job_id, d.event, 2, now + 6, 3.0, 204, None, "", None)
+    assert await store.record_attempt(
+        second, owner="w2", state=DeliveryState.SUCCEEDED, now=now + 6, job_path=[S.DELIVERING, S.COMPLETED]
+    )
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.COMPLETED
+    attempts = await store.list_attempts("t1", job_id)
+    assert [(a.attempt, a.status_code) for a in attempts] == [(1, 500), (2, 204)]
+    assert {a.delivery_id for a in attempts} == {hook.id}
+    stats = await store.queue_stats()
+    assert stats.retrying == 0 and stats.queues["delivering"].depth == 0
+
+
+async def test_expire_due_only_overdue_non_terminal(store: Store) -> None:
+    now = time.time()
+    overdue = await create(store, new_job(now=now, ttl=10))
+    fresh = await create(store, new_job(now=now, ttl=1000))
+    done = await create(store, new_job(now=now, ttl=10))
+    assert await store.transition(done, [S.PROCESSING_INBOUND, S.INBOUND_BLOCKED], now=now)
+    assert await store.expire_due(now=now + 11, limit=100) == [overdue]
+    job = await store.get_job("t1", overdue)
+    assert job is not None and job.status is S.EXPIRED and job.error_code == "job_expired"
+    fresh_job = await store.get_job("t1", fresh)
+    assert fresh_job is not None and fresh_job.status is S.PROCESSING_INBOUND
+    # an expired job is no longer claimable
+    assert {j.id for j in await store.claim_jobs("w", now=now + 11, lease=LEASE, limit=10)} == {fresh}
+
+
+async def test_purge_deletes_only_finished_past_retention(store: Store) -> None:
+    now = time.time()
+    old = await create(store, new_job(now=now))
+    live = await create(store, new_job(now=now))
+    assert await store.transition(old, [S.PROCESSING_INBOUND, S.INBOUND_BLOCKED], now=now)
+    assert await store.purge_finished(before=now - 1, limit=10) == 0
+    assert await store.purge_finished(before=now + 1, limit=10) == 1
+    assert await store.get_job("t1", old) is None
+    assert await store.get_job("t1", live) is not None
+
+
+async def test_queue_stats_track_statuses(store: Store) -> None:
+    now = time.time()
+    a = await create(store, new_job(now=now - 50))
+    await create(store, new_job(now=now))
+    assert await store.transition(a, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now - 40)
+    stats = await store.queue_stats()
+    assert stats.queues["processing_inbound"].depth == 1
+    assert stats.queues["awaiting_response"].depth == 1
+    assert stats.queues["awaiting_response"].oldest_since == now - 40
+    assert stats.queues["processing_outbound"].depth == 0
+    assert stats.queues["processing_outbound"].oldest_since is None
+
+
+async def test_list_jobs_newest_first_with_cursor_and_status(store: Store) -> None:
+    base = time.time()
+    made = [await create(store, new_job(now=base + i)) for i in range(7)]
+    await store.transition(made[2], [S.PROCESSING_INBOUND, S.INBOUND_BLOCKED], now=base)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await store.list_jobs("t1", status=None, limit=3, before_id=cursor)
+        seen += [j.id for j in page]
+        if len(page) < 3:
+            break
+        cursor = page[-1].id
+    assert seen == list(reversed(made))
+    blocked = await store.list_jobs("t1", status=S.INBOUND_BLOCKED, limit=10, before_id=None)
+    assert [j.id for j in blocked] == [made[2]]
+
+
+async def test_api_keys_and_policies(store: Store) -> None:
+    now = time.time()
+    assert await store.count_api_keys() == 0
+    await store.add_api_key("t1", "hash-1", now)
+    assert await store.tenant_for_key("hash-1") == "t1"
+    assert await store.tenant_for_key("nope") is None
+    assert await store.count_api_keys() == 1
+    await store.put_policy("t1", "strict", {"inbound": {"packs": ["pii"]}}, now)
+    await store.put_policy("t1", "strict", {"inbound": {"packs": ["secrets"]}}, now + 1)
+    rec = await store.get_policy("t1", "strict")
+    assert rec is not None and rec.source == {"inbound": {"packs": ["secrets"]}} and rec.updated_at == now + 1
+    assert await store.get_policy("t2", "strict") is None
+    assert [p.name for p in await store.list_policies("t1")] == ["strict"]
+    assert await store.delete_policy("t1", "strict")
+    assert not await store.delete_policy("t1", "strict")
