@@ -1,0 +1,145 @@
+"""Reading and checking request bodies at the edge, by hand.
+
+By hand rather than with a model library because the contract's rules are precise and a little
+unusual: booleans are not integers, `null` means "absent" for optional fields, unknown fields are
+named in the error, and every string anywhere in a body (keys included) must be storable in
+PostgreSQL, which cannot hold NUL characters, and encodable as UTF-8, which lone surrogates are not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import Any, NoReturn
+
+import orjson
+from starlette.requests import Request
+
+from gateway.api.errors import field_problem, invalid
+
+_NUL_PROBLEM = "contains a NUL character (\\u0000), which the database cannot store"
+_SURROGATE_PROBLEM = "contains a lone UTF-16 surrogate, which is not valid Unicode text"
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Parse a body; malformed JSON is a 400. A string with a lone surrogate escape is valid JSON
+    that orjson refuses, so those bodies are parsed again with the stdlib to answer 422 instead."""
+    if not raw.strip():
+        raise invalid("the request body is empty; send a JSON object", status=400)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        first_error = str(exc)
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise invalid(f"the request body is not valid JSON: {first_error}", status=400) from None
+
+
+def check_strings(value: Any, root: str = "") -> None:
+    """422 unless every string (and object key) in `value` is NUL-free, well-formed Unicode."""
+    stack: list[tuple[str, Any]] = [(root, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            _check_text(path or "body", item)
+        elif isinstance(item, Mapping):
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str):
+                    _check_text(child_path, key, what="the field name")
+                stack.append((child_path, child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
+
+
+def _check_text(path: str, text: str, what: str = "") -> None:
+    problem = text_problem(text)
+    if problem is not None:
+        problem = f"{what} {problem}" if what else problem
+        shown = _printable(path)
+        raise invalid(f"{shown}: {problem}", [field_problem(shown, problem)])
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored, or None. `encode` finds surrogates at C speed."""
+    if "\x00" in text:
+        return _NUL_PROBLEM
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE_PROBLEM
+    return None
+
+
+def _printable(path: str) -> str:
+    """A field path that can itself be serialised (keys may hold the very characters refused)."""
+    return path.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def read_object(request: Request, allowed: Collection[str]) -> dict[str, Any]:
+    """The body as a JSON object with only `allowed` fields and only storable strings."""
+    body = parse_json(await request.body())
+    return check_object(body, allowed)
+
+
+def check_object(body: Any, allowed: Collection[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise invalid(
+            f"the request body must be a JSON object, not {json_type(body)}",
+            [field_problem("body", f"expected an object, got {json_type(body)}")],
+        )
+    check_strings(body)
+    unknown = sorted(k for k in body if k not in allowed)
+    if unknown:
+        raise invalid(
+            f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+            [field_problem(k, "unknown field") for k in unknown],
+        )
+    return body
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+class Problems:
+    """Collects field problems so one 422 names all of them, not just the first."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    @property
+    def fields(self) -> set[str]:
+        return {str(item["field"]) for item in self.items}
+
+    def add(self, field: str, problem: str, **extra: Any) -> None:
+        self.items.append(field_problem(field, problem, **extra))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            first = self.items[0]
+            more = f" (and {len(self.items) - 1} more)" if len(self.items) > 1 else ""
+            raise invalid(f"{first['field']}: {first['problem']}{more}", self.items)
+
+
+def optional_str(body: Mapping[str, Any], name: str, problems: Problems) -> str | None:
+    value = body.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    problems.add(name, f"must be a string, got {json_type(value)}")
+    return None

@@ -1,0 +1,44 @@
+"""POST /v1/filter: the rule engine on one text, with no job and nothing stored."""
+
+from __future__ import annotations
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.api.auth import authenticate, runtime_of
+from gateway.api.bodies import Problems, optional_str, read_object
+from gateway.api.errors import invalid
+from gateway.api.responses import JSONResponse
+
+DIRECTIONS = ("inbound", "outbound")
+FILTER_FIELDS = frozenset({"direction", "text", "policy"})
+# Above this a scan may take long enough to stall every other request on the event loop.
+THREAD_THRESHOLD = 64 * 1024
+
+
+async def filter_text(request: Request) -> Response:
+    tenant = await authenticate(request)
+    body = await read_object(request, FILTER_FIELDS)
+    problems = Problems()
+    direction = body.get("direction")
+    if direction not in DIRECTIONS:
+        problems.add("direction", "must be inbound or outbound")
+    text = optional_str(body, "text", problems)
+    if text is None and "text" not in problems.fields:
+        problems.add("text", "is required")
+    policy_name = optional_str(body, "policy", problems) or "default"
+    problems.raise_if_any()
+    assert text is not None and isinstance(direction, str)
+
+    compiled = await runtime_of(request).policies.get(tenant, policy_name)
+    if compiled is None:
+        raise invalid(
+            f"unknown policy {policy_name!r}",
+            [{"field": "policy", "problem": f"unknown policy {policy_name!r}"}],
+        )
+    if len(text) > THREAD_THRESHOLD:
+        verdict = await anyio.to_thread.run_sync(compiled.scan, text, direction)
+    else:
+        verdict = compiled.scan(text, direction)
+    return JSONResponse(verdict.to_dict())
