@@ -185,7 +185,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=3000, help="timed requests per run (default 3000)")
     parser.add_argument("--httpx-requests", type=int, default=1000, help="timed requests for httpx (slower)")
     parser.add_argument("--concurrency", default="16,64,256", help="comma-separated levels")
-    parser.add_argument("--rounds", type=int, default=2, help="repeat each run; the best round counts")
+    parser.add_argument("--rounds", type=int, default=3, help="repeat each run; the best round counts")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
@@ -208,14 +208,15 @@ def main() -> int:
         print(f"{'client':<10} {'conc':>5} {'req/s':>9} {'vs aiohttp':>11}")
         results: list[dict[str, object]] = []
         for level in levels:
-            baseline = 0.0
-            for name, fn in CLIENTS.items():
-                best: float = max(asyncio.run(fn(url, count(name), level)) for _ in range(args.rounds))
-                if name == "aiohttp":
-                    baseline = best
-                ratio = best / baseline if baseline else float("nan")
-                print(f"{name:<10} {level:>5} {best:>9.0f} {ratio:>10.0%}", flush=True)
-                results.append({"client": name, "concurrency": level, "rps": round(best), "ratio": ratio})
+            # Rounds interleave the clients, so drift on a shared machine hits them all alike.
+            best: dict[str, float] = dict.fromkeys(CLIENTS, 0.0)
+            for _ in range(args.rounds):
+                for name, fn in CLIENTS.items():
+                    best[name] = max(best[name], asyncio.run(fn(url, count(name), level)))
+            for name, rps in best.items():
+                ratio = rps / best["aiohttp"]
+                print(f"{name:<10} {level:>5} {rps:>9.0f} {ratio:>10.0%}", flush=True)
+                results.append({"client": name, "concurrency": level, "rps": round(rps), "ratio": ratio})
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=2))

@@ -49,6 +49,13 @@ async def _start(receiver_factory: type[Receiver] = Receiver) -> tuple[web.AppRu
         count(request)
         return web.Response(status=204)
 
+    async def set_cookie(request: web.Request) -> web.Response:
+        rec = count(request)
+        rec.received.append(({k.lower(): v for k, v in request.headers.items()}, await request.read()))
+        resp = web.Response(text="ok")
+        resp.set_cookie("session", "from-receiver")
+        return resp
+
     async def status(request: web.Request) -> web.Response:
         count(request)
         code = int(request.match_info["code"])
@@ -87,6 +94,7 @@ async def _start(receiver_factory: type[Receiver] = Receiver) -> tuple[web.AppRu
     app = web.Application()
     app.router.add_post("/ok", ok)
     app.router.add_post("/204", no_content)
+    app.router.add_post("/cookie", set_cookie)
     app.router.add_post("/status/{code}", status)
     app.router.add_post("/hang", hang)
     app.router.add_post("/huge", huge)
@@ -156,6 +164,14 @@ async def test_2xx_is_success_and_the_receiver_can_verify_it(
 async def test_204_is_success(transport: AiohttpTransport, receiver: Receiver) -> None:
     result = await transport.post(receiver.url("/204"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.response_excerpt) == ("success", 204, "")
+
+
+async def test_cookies_are_never_replayed(transport: AiohttpTransport, receiver: Receiver) -> None:
+    for _ in range(2):
+        # a host name, not 127.0.0.1: cookie jars ignore cookies from IP hosts anyway
+        url = f"http://localhost:{receiver.port}/cookie"
+        assert (await transport.post(url, HEADERS, BODY)).outcome == "success"
+    assert all("cookie" not in headers for headers, _ in receiver.received)
 
 
 async def test_connections_are_reused(transport: AiohttpTransport, receiver: Receiver) -> None:
