@@ -345,7 +345,7 @@ class Pipeline:
             message = (
                 "the receiver answered 410 Gone: delivery stopped"
                 if result.outcome == "gone"
-                else f"the webhook URL was refused: {result.error}"
+                else f"the webhook URL was refused ({result.error})"
             )
             if is_final_event:
                 job_path = [S.DELIVERING, S.FAILED]
