@@ -287,7 +287,7 @@ async def list_jobs(request: Request) -> Response:
 
     status: JobStatus | None = None
     raw_status = params.get("status")
-    if raw_status:
+    if raw_status is not None:  # strict: `?status=` is a mistake, not "any status"
         try:
             status = JobStatus(raw_status)
         except ValueError:

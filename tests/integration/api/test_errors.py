@@ -1,0 +1,145 @@
+"""The one error envelope on every failure path, authentication, rate limits and body limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from gateway.store.base import StoreError
+from tests.integration.api.conftest import BOOTSTRAP_KEY, Gateway, Tenant, assert_error, serve
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+LIMIT = 256 * 1024  # conftest's max_body_bytes
+
+
+async def test_missing_or_bad_key_is_401(gw: Gateway) -> None:
+    async with gw.client() as anon:
+        r = await anon.get("/v1/jobs")
+        assert_error(r, 401, "unauthenticated")
+        assert r.headers["www-authenticate"] == "Bearer"
+    for header in ("Bearer", "Basic abc", "Token gwk_x", "gwk_nospace"):
+        async with gw.client(headers={"Authorization": header}) as c:
+            assert_error(await c.get("/v1/jobs"), 401, "unauthenticated")
+    async with gw.client("gwk_not_a_key") as c:
+        r = await c.post("/v1/jobs", json={"message_input": "x"})
+        assert_error(r, 401, "unauthenticated")
+        assert_error(await c.get("/api/v1/health/queues"), 401, "unauthenticated")
+
+
+async def test_bootstrap_key_is_tenant_default(gw: Gateway) -> None:
+    async with gw.client(BOOTSTRAP_KEY) as c:
+        r = await c.post("/v1/jobs", json={"message_input": "x"})
+        assert r.status_code == 202
+    job = await gw.store.get_job("default", r.json()["job_id"])
+    assert job is not None
+
+
+async def test_scheme_is_case_insensitive(gw: Gateway, tenant: Tenant) -> None:
+    async with gw.client(headers={"Authorization": f"bearer {tenant.key}"}) as c:
+        assert (await c.get("/v1/jobs")).status_code == 200
+
+
+async def test_unknown_route_is_404_envelope(tenant: Tenant) -> None:
+    error = assert_error(await tenant.http.get("/v2/nothing"), 404, "not_found")
+    assert "/v2/nothing" in error["message"]
+
+
+async def test_wrong_method_is_405_envelope_with_allow(tenant: Tenant) -> None:
+    r = await tenant.http.put("/v1/jobs", json={})
+    assert_error(r, 405, "method_not_allowed")
+    assert {m.strip() for m in r.headers["allow"].split(",")} >= {"GET", "POST"}
+    r = await tenant.http.post(f"/v1/jobs/job_{'0' * 26}")
+    assert_error(r, 405, "method_not_allowed")
+    assert {m.strip() for m in r.headers["allow"].split(",")} >= {"GET", "DELETE"}
+
+
+async def test_413_by_content_length_before_auth(gw: Gateway) -> None:
+    body = b'{"message_input": "' + b"x" * LIMIT + b'"}'
+    async with gw.client() as anon:
+        r = await anon.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    error = assert_error(r, 413, "payload_too_large")
+    assert str(LIMIT) in error["message"]
+
+
+async def test_413_for_a_chunked_body(tenant: Tenant) -> None:
+    async def chunks(total: int) -> AsyncIterator[bytes]:
+        yield b'{"message_input": "'
+        sent = 0
+        while sent < total:
+            yield b"y" * 16384
+            sent += 16384
+        yield b'"}'
+
+    r = await tenant.http.post("/v1/jobs", content=chunks(LIMIT + 16384))
+    assert "content-length" not in r.request.headers and r.request.headers["transfer-encoding"] == "chunked"
+    assert_error(r, 413, "payload_too_large")
+
+    small = await tenant.http.post("/v1/jobs", content=chunks(32 * 1024))
+    assert small.status_code == 202, small.text
+
+
+async def test_body_at_the_limit_is_accepted(tenant: Tenant) -> None:
+    prefix, suffix = b'{"message_input": "', b'"}'
+    body = prefix + b"z" * (LIMIT - len(prefix) - len(suffix)) + suffix
+    assert len(body) == LIMIT
+    r = await tenant.http.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 202, r.text
+
+
+async def test_unexpected_exception_is_500_without_details(
+    gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def boom(*args: Any, **kwargs: Any) -> NoReturn:
+        raise RuntimeError("SECRET-INTERNAL-DETAIL at /srv/gateway/store.py")
+
+    monkeypatch.setattr(gw.store, "get_job", boom)
+    r = await tenant.http.get(f"/v1/jobs/job_{'4' * 26}")
+    assert_error(r, 500, "internal")
+    assert "SECRET-INTERNAL-DETAIL" not in r.text and "store.py" not in r.text
+
+
+async def test_store_error_is_503_with_retry_after(
+    gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def locked(*args: Any, **kwargs: Any) -> NoReturn:
+        raise StoreError("database is locked")
+
+    monkeypatch.setattr(gw.store, "list_jobs", locked)
+    r = await tenant.http.get("/v1/jobs")
+    assert_error(r, 503, "unavailable")
+    assert r.headers["retry-after"] == "1"
+    assert "locked" not in r.text
+
+
+async def test_readyz_503_when_the_database_is_down(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def down() -> NoReturn:
+        raise StoreError("unable to open database file")
+
+    monkeypatch.setattr(gw.store, "ping", down)
+    async with gw.client() as anon:
+        r = await anon.get("/readyz")
+        assert_error(r, 503, "unavailable")
+        assert (await anon.get("/healthz")).status_code == 200
+
+
+async def test_rate_limit_per_key(tmp_path: Path) -> None:
+    async with serve(tmp_path, rate_limit_per_second=0.5, rate_limit_burst=2) as gw:
+        _, key = await gw.new_key()
+        _, other_key = await gw.new_key()
+        async with gw.client(key) as c, gw.client(other_key) as o:
+            assert (await c.get("/v1/jobs")).status_code == 200
+            assert (await c.get("/v1/jobs")).status_code == 200
+            r = await c.get("/v1/jobs")
+            error = assert_error(r, 429, "rate_limited")
+            assert int(r.headers["retry-after"]) >= 1 and "retry" in error["message"]
+            assert (await o.get("/v1/jobs")).status_code == 200  # buckets are per key
+            async with gw.client() as anon:  # unauthenticated routes are not limited
+                assert all(
+                    r.status_code == 200
+                    for r in await asyncio.gather(*(anon.get("/healthz") for _ in range(5)))
+                )
