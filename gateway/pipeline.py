@@ -88,6 +88,7 @@ class Pipeline:
 
     async def start(self) -> None:
         self.accepting = True
+        self.rt.store.on_work(self._on_work)
         self._loops = [
             asyncio.create_task(self._run_lane(self._jobs, self._claim_jobs, self._process_job), name="jobs"),
             asyncio.create_task(
@@ -119,6 +120,11 @@ class Pipeline:
                 self.owner, leftover_jobs, leftover_deliveries, now=self.rt.clock.now()
             )
         await self.transport.close()
+
+    def _on_work(self, kind: str) -> None:
+        """Another process made work due (a store notification): claim it now, not at the next poll."""
+        lane = self._jobs if kind == "jobs" else self._deliveries
+        lane.poke(hint=True)
 
     def offer(self, job: Job) -> None:
         """A job was just created or answered. If it is leased to us, run it; else hint a claim."""

@@ -13,7 +13,7 @@ runs against both. Rules every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -166,6 +166,11 @@ class Store(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> None: ...
+
+    def on_work(self, callback: Callable[[str], None]) -> None:
+        """Call `callback("jobs")` / `callback("deliveries")` when another process makes work due
+        (PostgreSQL: LISTEN/NOTIFY). Stores that cannot signal do nothing: workers poll."""
+        ...
 
     # tenants, API keys, policies
     async def add_api_key(self, tenant_id: str, key_hash: str, now: float) -> str: ...

@@ -291,6 +291,9 @@ class SqliteStore:
         for reader in self._readers:
             await reader.stop()
 
+    def on_work(self, callback: Callable[[str], None]) -> None:
+        """SQLite has no cross-process signal: other processes' work is found by polling."""
+
     async def ping(self) -> None:
         await self._read(lambda c: c.execute("SELECT 1").fetchone())
 
