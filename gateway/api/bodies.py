@@ -9,6 +9,7 @@ PostgreSQL, which cannot hold NUL characters, and encodable as UTF-8, which lone
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
@@ -25,6 +26,13 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # orjson refuses these too; 1e400 must not become a stored null
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def parse_json(raw: bytes) -> Any:
     """Parse a body; malformed JSON is a 400. A string with a lone surrogate escape is valid JSON
     that orjson refuses, so those bodies are parsed again with the stdlib to answer 422 instead."""
@@ -35,7 +43,7 @@ def parse_json(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         first_error = str(exc)
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):
         raise invalid(f"the request body is not valid JSON: {first_error}", status=400) from None
 
@@ -137,9 +145,14 @@ class Problems:
             raise invalid(f"{first['field']}: {first['problem']}{more}", self.items)
 
 
-def optional_str(body: Mapping[str, Any], name: str, problems: Problems) -> str | None:
-    value = body.get(name)
-    if value is None or isinstance(value, str):
+def optional_str(
+    body: Mapping[str, Any], name: str, problems: Problems, *, nullable: bool = True
+) -> str | None:
+    """The string field `name`, or None when absent (or null, when `nullable`); else a problem."""
+    if name not in body:
+        return None
+    value = body[name]
+    if isinstance(value, str) or (value is None and nullable):
         return value
     problems.add(name, f"must be a string, got {json_type(value)}")
     return None

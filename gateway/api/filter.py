@@ -24,10 +24,12 @@ async def filter_text(request: Request) -> Response:
     direction = body.get("direction")
     if direction not in DIRECTIONS:
         problems.add("direction", "must be inbound or outbound")
-    text = optional_str(body, "text", problems)
+    text = optional_str(body, "text", problems, nullable=False)
     if text is None and "text" not in problems.fields:
         problems.add("text", "is required")
-    policy_name = optional_str(body, "policy", problems) or "default"
+    policy_name = optional_str(body, "policy", problems)
+    if policy_name is None:
+        policy_name = "default"
     problems.raise_if_any()
     assert text is not None and isinstance(direction, str)
 

@@ -61,8 +61,9 @@ class _CreateRequest:
 
 def _parse_create(body: dict[str, Any], allow_private: bool) -> _CreateRequest:
     problems = Problems()
-    message_input = optional_str(body, "message_input", problems)
-    legacy = optional_str(body, "message", problems)
+    # Not nullable: `{"message_input": "a", "message": null}` is "both", as the schema says.
+    message_input = optional_str(body, "message_input", problems, nullable=False)
+    legacy = optional_str(body, "message", problems, nullable=False)
     output = optional_str(body, "message_output", problems)
     if message_input is not None and legacy is not None:
         problems.add("message", "send message_input or the legacy message, not both")
@@ -100,7 +101,9 @@ def _parse_create(body: dict[str, Any], allow_private: bool) -> _CreateRequest:
         else:
             metadata = raw_metadata
 
-    policy = optional_str(body, "policy", problems) or "default"
+    policy = optional_str(body, "policy", problems)
+    if policy is None:
+        policy = "default"
 
     scheme = body.get("signature_scheme")
     if scheme is None:
@@ -253,7 +256,7 @@ async def submit_response(request: Request) -> Response:
     job_id = _path_job_id(request)
     body = await read_object(request, RESPONSE_FIELDS)
     problems = Problems()
-    text = optional_str(body, "message_output", problems)
+    text = optional_str(body, "message_output", problems, nullable=False)
     if text is None and not problems.items:
         problems.add("message_output", "is required")
     problems.raise_if_any()

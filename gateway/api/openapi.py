@@ -119,7 +119,7 @@ _SCHEMAS: dict[str, Schema] = {
         "properties": {
             "rule": {"type": "string"},
             "category": {"type": "string"},
-            "action": {"enum": ["block", "redact", "flag"]},
+            "action": {"type": "string", "description": "block, redact, strip or flag"},
             "start": {"type": "integer"},
             "end": {"type": "integer"},
             "score": {"type": ["number", "null"]},

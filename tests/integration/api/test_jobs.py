@@ -93,7 +93,9 @@ async def test_create_combined_and_legacy_message(gw: Gateway, tenant: Tenant) -
     job = await gw.store.get_job(tenant.name, combined["job_id"])
     assert job is not None and job.input_text == "hello" and job.output_text == "the answer"
 
-    legacy = await create(tenant, message_input=None, message="old style")
+    r = await tenant.http.post("/v1/jobs", json={"message": "old style"})
+    assert r.status_code == 202, r.text
+    legacy = r.json()
     stored = await gw.store.get_job(tenant.name, legacy["job_id"])
     assert stored is not None and stored.input_text == "old style" and legacy["mode"] == "separate"
 
@@ -136,6 +138,9 @@ async def test_create_counts_metric(gw: Gateway, tenant: Tenant) -> None:
         ({}, "message_input"),
         ({"message_output": "only output"}, "message_input"),
         ({"message_input": "a", "message": "b"}, "message"),
+        ({"message_input": "a", "message": None}, "message"),
+        ({"message_input": None}, "message_input"),
+        ({"message_input": "a", "policy": ""}, "policy"),
         ({"message_input": 5}, "message_input"),
         ({"message_input": "a", "message_output": ["x"]}, "message_output"),
         ({"message_input": "a", "expires_in_seconds": 0}, "expires_in_seconds"),
@@ -204,7 +209,19 @@ async def test_nul_and_lone_surrogates_are_422(tenant: Tenant, raw: bytes) -> No
     assert "NUL" in error["message"] or "surrogate" in error["message"]
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"", b"   ", b'{"a": NaN}', b"\xff\xfe", b'{"a": 1'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{not json",
+        b"",
+        b"   ",
+        b'{"a": NaN}',
+        b"\xff\xfe",
+        b'{"a": 1',
+        b'{"message_input": "x", "metadata": {"n": 1e400}}',
+        b'{"message_input": "\\ud800", "metadata": {"n": 1e400}}',
+    ],
+)
 async def test_malformed_json_is_400(tenant: Tenant, raw: bytes) -> None:
     r = await tenant.http.post("/v1/jobs", content=raw, headers={"content-type": "application/json"})
     assert_error(r, 400, "invalid_argument")
