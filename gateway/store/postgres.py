@@ -1,0 +1,961 @@
+"""The shared store: PostgreSQL through an asyncpg pool, for several gateway instances on one database.
+
+It keeps SqliteStore's semantics exactly (the conformance suite runs on both); what changes is how
+many writers there are. SQLite has one writer at a time; here every instance writes at once, so:
+
+- Claims are `UPDATE ... WHERE id IN (SELECT ... FOR NO KEY UPDATE SKIP LOCKED LIMIT n) RETURNING ...`:
+  one round trip, and concurrent claimers take disjoint rows without waiting on each other.
+- Every later write is a compare-and-set in its WHERE clause (status, lease owner), re-checked by
+  PostgreSQL on the newest row version when a concurrent writer got there first; rowcounts decide.
+- No cycle of lock waits: a writer holding a job and its deliveries always took the job first; rows of
+  one table locked together are taken in id order (or with SKIP LOCKED, which never waits); queue
+  counters are updated at commit, last (see the migration).
+- Statements that must see rows committed while they waited for a lock (cancelling a job's pending
+  webhooks) run as a separate statement after the lock is held, not as a CTE of the same snapshot.
+- Work made due for other instances is announced with NOTIFY in the same transaction (`on_work`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import random
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+import orjson
+
+from gateway import ids
+from gateway.jobs import (
+    NON_TERMINAL,
+    RUNNABLE,
+    TERMINAL,
+    DeliveryState,
+    JobStatus,
+    Mode,
+    check_path,
+)
+from gateway.store.base import (
+    Attempt,
+    CasResult,
+    Delivery,
+    DeliverySummary,
+    Job,
+    JobChanges,
+    NewDelivery,
+    NewJob,
+    PolicyRecord,
+    QueueStat,
+    QueueStats,
+    StoreError,
+)
+from gateway.store.sqlfile import load_migrations, load_queries
+
+T = TypeVar("T")
+
+log = logging.getLogger("gateway.store.postgres")
+
+_Q = load_queries("gateway.store", "postgres_queries.sql")
+_JOB_COLS = " ".join(_Q["job_columns"].split())
+_J_JOB_COLS = ", ".join("j." + c.strip() for c in _JOB_COLS.split(","))
+_SUMMARY_COLS = " ".join(_Q["summary_columns"].split())
+_SUMMARY_JOIN = _Q["summary_join"]  # it holds -- comments: keep its newlines
+_FRAGMENTS = {
+    "{job_columns}": _JOB_COLS,
+    "{j_job_columns}": _J_JOB_COLS,
+    "{summary_columns}": _SUMMARY_COLS,
+    "{summary_join}": _SUMMARY_JOIN,
+}
+
+
+def _expand(sql: str) -> str:
+    for key, value in _FRAGMENTS.items():
+        sql = sql.replace(key, value)
+    return sql
+
+
+Q = {name: _expand(sql) for name, sql in _Q.items()}
+
+# A cancelled or expired job's webhooks stop; a blocked or finished job's notices run their course.
+_STOPS_DELIVERY = frozenset({JobStatus.CANCELLED, JobStatus.EXPIRED})
+_QUEUES = ("processing_inbound", "processing_outbound", "awaiting_response", "delivering")
+_DEFAULT_CHANNEL = "gateway_work"
+_MAX_IDENT = 63  # NAMEDATALEN - 1: the longest channel name or application_name PostgreSQL keeps
+
+# SQLSTATEs that mean "the database cannot do the work now" (the API answers 503), as opposed to a
+# bug (a constraint violation, bad SQL) that must surface as itself.
+# connection, authorisation, missing database, resources, operator intervention, system error
+_UNAVAILABLE_CLASSES = frozenset({"08", "28", "3D", "53", "57", "58"})
+_UNAVAILABLE_STATES = frozenset({"25006", "55P03", "40001", "40P01"})  # read-only, lock timeout, rollbacks
+_RETRY_STATES = frozenset({"40001", "40P01"})  # the transaction was rolled back whole: safe to run again
+_ATTEMPTS = 3
+
+
+def _sqlstate(exc: BaseException) -> str:
+    state = getattr(exc, "sqlstate", None)
+    return state if isinstance(state, str) else ""
+
+
+def _unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.PostgresError):
+        state = _sqlstate(exc)
+        return state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_STATES
+    if isinstance(exc, asyncpg.InterfaceError):
+        # "connection is closed", "pool is closing"; DataError and ClientConfigurationError (both
+        # ValueErrors) are bad arguments or settings, not outages
+        return not isinstance(exc, ValueError)
+    return isinstance(exc, OSError | TimeoutError)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.PostgresError):
+        return _sqlstate(exc).startswith("08")
+    if isinstance(exc, asyncpg.InterfaceError):
+        return not isinstance(exc, ValueError)
+    return isinstance(exc, OSError)
+
+
+def _json(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _unjson(value: str | bytes | None) -> Any:
+    return None if value is None else orjson.loads(value)
+
+
+def _storable(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL. The API refuses it in what users send, but a receiver's
+    response excerpt or error is whatever it answered: keep the rest of it rather than lose the attempt."""
+    return None if text is None or "\x00" not in text else text.replace("\x00", "\ufffd")
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _channel_for(schema: str | None) -> str:
+    """One NOTIFY channel per schema, so deployments (and tests) sharing a database do not wake each other."""
+    if schema is None:
+        return _DEFAULT_CHANNEL
+    channel = f"{_DEFAULT_CHANNEL}:{schema}"
+    if len(channel.encode()) > _MAX_IDENT:
+        channel = f"{_DEFAULT_CHANNEL}:{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+    return channel
+
+
+def _lock_key(schema: str | None) -> int:
+    """The advisory lock that serialises migrations of one schema (a signed 64-bit key)."""
+    digest = hashlib.sha256(f"gateway.store.migrate:{schema or ''}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _row_to_job(r: Any, delivery: DeliverySummary | None = None) -> Job:
+    return Job(
+        id=r[0],
+        tenant_id=r[1],
+        status=JobStatus(r[2]),
+        mode=Mode(r[3]),
+        policy=r[4],
+        input_text=r[5],
+        output_text=r[6],
+        inbound=_unjson(r[7]),
+        outbound=_unjson(r[8]),
+        webhook_url=r[9],
+        secret_enc=r[10],
+        signing_key_enc=r[11],
+        metadata=_unjson(r[12]) or {},
+        created_at=r[13],
+        updated_at=r[14],
+        expires_at=r[15],
+        finished_at=r[16],
+        error_code=r[17],
+        error_message=r[18],
+        idem_key=r[19],
+        idem_hash=r[20],
+        lease_owner=r[21],
+        delivery=delivery,
+    )
+
+
+_N_JOB_COLS = 22
+
+
+def _row_to_job_with_summary(r: Any) -> Job:
+    """A row of job columns followed by summary_columns (see summary_join)."""
+    summary = None
+    if r[9] is not None:  # webhook_url: only jobs with a webhook have a `delivery` object
+        n = _N_JOB_COLS
+        summary = DeliverySummary(
+            attempts=int(r[n] or 0),
+            last_attempt_at=r[n + 1],
+            last_status_code=r[n + 2],
+            next_attempt_at=r[n + 3],
+            last_error=r[n + 4],
+        )
+    return _row_to_job(r, summary)
+
+
+def _row_to_delivery(r: Any) -> Delivery:
+    return Delivery(
+        id=r[0],
+        job_id=r[1],
+        tenant_id=r[2],
+        event=r[3],
+        url=r[4],
+        body=bytes(r[5]),
+        state=DeliveryState(r[6]),
+        attempts=r[7],
+        deadline=r[8],
+        created_at=r[9],
+        secret_enc=r[10],
+        signing_key_enc=r[11],
+        job_status=JobStatus(r[12]),
+    )
+
+
+def _row_to_attempt(r: Any) -> Attempt:
+    return Attempt(
+        delivery_id=r[0],
+        job_id=r[1],
+        event=r[2],
+        attempt=r[3],
+        started_at=r[4],
+        duration_ms=r[5],
+        status_code=r[6],
+        error=r[7],
+        response_excerpt=r[8],
+        next_attempt_at=r[9],
+    )
+
+
+def _termination_event(conn: Any) -> asyncio.Event:
+    """An event set when asyncpg sees `conn` close (the server ended it, or the socket broke)."""
+    lost = asyncio.Event()
+    conn.add_termination_listener(lambda _c: lost.set())
+    return lost
+
+
+def _rowcount(status: str) -> int:
+    """The row count in a command tag such as 'UPDATE 3' or 'DELETE 0'."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class _Args:
+    """Positional parameters of a statement assembled from parts: each call adds one, returns `$n`.
+
+    Every reference carries a cast, so asyncpg prepares the same parameter types whatever the values
+    (a None is then still typed)."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any, cast: str) -> str:
+        self.values.append(value)
+        return f"${len(self.values)}::{cast}"
+
+
+class PostgresStore:
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 10,
+        schema: str | None = None,
+        command_timeout: float = 30.0,
+        listen_keepalive: float = 15.0,
+        reconnect_backoff: tuple[float, float] = (0.1, 5.0),
+    ) -> None:
+        """`schema` puts every table in that schema (created if missing) via the connections'
+        search_path: several deployments, or one per test, can share a database. `listen_keepalive`
+        is how often the LISTEN connection is probed, to find a connection that died silently."""
+        self.url = url
+        self.schema = schema
+        self.channel = _channel_for(schema)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._command_timeout = command_timeout
+        self._keepalive = listen_keepalive
+        self._backoff = reconnect_backoff
+        settings = {"application_name": "gateway"}
+        if schema is not None:
+            settings["search_path"] = _quote_ident(schema)
+        self._server_settings = settings
+        self._pool: Any = None
+        self._callbacks: list[Callable[[str], None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._listen_conn: Any = None
+        self._closing = False
+
+    # ---- plumbing -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._closing = False
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                command_timeout=self._command_timeout,
+                server_settings=self._server_settings,
+            )
+        except Exception as exc:
+            if _unavailable(exc):
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise
+        try:
+            await self._run(self._migrate)
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
+        if self._callbacks:
+            self._start_listener()
+
+    async def _migrate(self, conn: Any) -> None:
+        """Apply the numbered migrations not yet recorded, once, however many instances start at once:
+        the advisory lock makes the others wait, then find every version already applied."""
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(self.schema))
+            if self.schema is not None:
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(self.schema)}")
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            for mig in load_migrations("gateway.store", "postgres"):
+                if mig.version in done:
+                    continue
+                await conn.execute(mig.sql)  # no arguments: the simple protocol runs the whole script
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", mig.version, mig.name
+                )
+                log.info("applied PostgreSQL migration %04d_%s", mig.version, mig.name)
+
+    async def close(self) -> None:
+        self._closing = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=10.0)
+            except TimeoutError:
+                pool.terminate()
+
+    async def ping(self) -> None:
+        await self._run(lambda c: c.fetchval("SELECT 1"), read=True)
+
+    async def _run(self, fn: Callable[[Any], Awaitable[T]], *, read: bool = False) -> T:
+        """Run `fn` on a pooled connection; outages become StoreError (the API answers 503).
+
+        A deadlock or serialization failure rolled the whole transaction back, so it runs again. A
+        lost connection is retried only for reads: a write may have committed before the loss."""
+        pool = self._pool
+        if pool is None:
+            raise StoreError("the PostgreSQL store is not open")
+        for attempt in itertools.count(1):
+            try:
+                async with pool.acquire(timeout=self._command_timeout) as conn:
+                    return await fn(conn)
+            except Exception as exc:
+                if attempt < _ATTEMPTS and (
+                    _sqlstate(exc) in _RETRY_STATES or (read and attempt == 1 and _connection_lost(exc))
+                ):
+                    continue
+                if _unavailable(exc):
+                    raise StoreError(f"database unavailable: {exc}") from exc
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ---- cross-instance wake-ups ----------------------------------------------------------
+
+    def on_work(self, callback: Callable[[str], None]) -> None:
+        """Call `callback("jobs")` / `callback("deliveries")` when any instance makes work due.
+
+        A dedicated connection LISTENs (a pooled one would lose its LISTEN when handed to other work);
+        writers NOTIFY in the transaction that makes the work due, so a wake-up never arrives before the
+        row is visible. If that connection drops, a background task reconnects with backoff and then
+        calls back once for each kind: notifications sent meanwhile are lost, the work is not."""
+        self._callbacks.append(callback)
+        if self._pool is not None:
+            self._start_listener()
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The backend pid of the LISTEN connection while it is up (for operators and tests)."""
+        conn = self._listen_conn
+        return None if conn is None or conn.is_closed() else int(conn.get_server_pid())
+
+    def _start_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="gateway-pg-listen")
+
+    def _notify_callbacks(self, kind: str) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(kind)
+            except Exception:
+                log.exception("on_work callback failed for %r", kind)
+
+    def _on_notification(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload in ("jobs", "deliveries"):
+            self._notify_callbacks(payload)
+
+    async def _listen(self) -> None:
+        low, high = self._backoff
+        delay = low
+        connected_before = False
+        while not self._closing:
+            conn: Any = None
+            try:
+                conn = await asyncpg.connect(
+                    self.url,
+                    timeout=self._command_timeout,
+                    server_settings={"application_name": "gateway-listener"},
+                )
+                lost = _termination_event(conn)
+                await conn.add_listener(self.channel, self._on_notification)
+                self._listen_conn = conn
+                if connected_before:
+                    log.info("LISTEN connection re-established")
+                    self._notify_callbacks("jobs")
+                    self._notify_callbacks("deliveries")
+                connected_before = True
+                delay = low
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), timeout=self._keepalive)
+                    if not lost.is_set():
+                        # a peer that vanished without closing the socket shows itself only here
+                        await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=self._keepalive)
+                log.warning("LISTEN connection lost; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
+            finally:
+                self._listen_conn = None
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            if self._closing:
+                break
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, high)
+
+    # ---- keys and policies ----------------------------------------------------------------
+
+    async def add_api_key(self, tenant_id: str, key_hash: str, now: float) -> str:
+        key_id = "key_" + ids.ulid(now)
+        await self._run(lambda c: c.execute(Q["insert_key"], key_id, tenant_id, key_hash, now))
+        return key_id
+
+    async def tenant_for_key(self, key_hash: str) -> str | None:
+        value = await self._run(lambda c: c.fetchval(Q["tenant_for_key"], key_hash), read=True)
+        return None if value is None else str(value)
+
+    async def count_api_keys(self) -> int:
+        return int(await self._run(lambda c: c.fetchval(Q["count_api_keys"]), read=True))
+
+    async def put_policy(self, tenant_id: str, name: str, source: Mapping[str, Any], now: float) -> None:
+        await self._run(lambda c: c.execute(Q["put_policy"], tenant_id, name, _json(source), now))
+
+    async def get_policy(self, tenant_id: str, name: str) -> PolicyRecord | None:
+        row = await self._run(lambda c: c.fetchrow(Q["get_policy"], tenant_id, name), read=True)
+        return None if row is None else PolicyRecord(row[0], _unjson(row[1]), row[2])
+
+    async def list_policies(self, tenant_id: str) -> list[PolicyRecord]:
+        rows = await self._run(lambda c: c.fetch(Q["list_policies"], tenant_id), read=True)
+        return [PolicyRecord(r[0], _unjson(r[1]), r[2]) for r in rows]
+
+    async def delete_policy(self, tenant_id: str, name: str) -> bool:
+        status = await self._run(lambda c: c.execute(Q["delete_policy"], tenant_id, name))
+        return _rowcount(status) == 1
+
+    # ---- jobs -----------------------------------------------------------------------------
+
+    async def create_job(
+        self, job: NewJob, *, claim_for: str | None, lease: float, idempotency_ttl: float
+    ) -> tuple[Job, bool]:
+        """One INSERT on the hot path. With an Idempotency-Key, the unique index picks one winner among
+        concurrent creates on any instance; a loser reads the winner's job (its INSERT waited for the
+        winner's commit, so the next statement sees it). A key past its TTL is freed and tried again."""
+        now = job.created_at
+        notify = "" if claim_for else ", pg_notify($17, 'jobs')"
+        sql = Q["insert_job"].replace("{notify}", notify)
+        args: list[Any] = [
+            job.id,
+            job.tenant_id,
+            job.mode.value,
+            job.policy,
+            job.input_text,
+            job.output_text,
+            job.webhook_url,
+            job.secret_enc,
+            job.signing_key_enc,
+            _json(job.metadata),
+            now,
+            job.expires_at,
+            now + lease if claim_for else now,
+            claim_for,
+            job.idem_key,
+            job.idem_hash,
+        ]
+        if not claim_for:
+            args.append(self.channel)
+
+        async def op(c: Any) -> tuple[Job, bool]:
+            for _ in range(_ATTEMPTS):
+                row = await c.fetchrow(sql, *args)
+                if row is not None:
+                    summary = DeliverySummary(0, None, None, None, None) if job.webhook_url else None
+                    return _row_to_job(row, summary), True
+                existing = await c.fetchrow(Q["find_idem"], job.tenant_id, job.idem_key)
+                if existing is None:
+                    continue  # the winner was purged in between: insert again
+                if existing[13] >= now - idempotency_ttl:
+                    return _row_to_job(existing), False
+                await c.execute(Q["forget_idem"], existing[0], job.idem_key)
+            raise StoreError("the Idempotency-Key kept changing hands; try again")
+
+        return await self._run(op)
+
+    async def get_job(self, tenant_id: str, job_id: str) -> Job | None:
+        row = await self._run(lambda c: c.fetchrow(Q["get_job"], job_id, tenant_id), read=True)
+        return None if row is None else _row_to_job_with_summary(row)
+
+    async def list_jobs(
+        self, tenant_id: str, *, status: JobStatus | None, limit: int, before_id: str | None
+    ) -> list[Job]:
+        args: list[Any] = [tenant_id, before_id or "~", limit]  # "~" sorts after every id (COLLATE "C")
+        query = Q["list_jobs"]
+        if status is not None:
+            args.append(status.value)
+            query = Q["list_jobs_status"]
+        rows = await self._run(lambda c: c.fetch(query, *args), read=True)
+        return [_row_to_job_with_summary(r) for r in rows]
+
+    async def list_attempts(self, tenant_id: str, job_id: str) -> list[Attempt]:
+        rows = await self._run(lambda c: c.fetch(Q["list_attempts"], job_id, tenant_id), read=True)
+        return [_row_to_attempt(r) for r in rows]
+
+    # ---- transitions ----------------------------------------------------------------------
+
+    def _job_update(
+        self,
+        a: _Args,
+        job_id: str,
+        path: Sequence[JobStatus],
+        *,
+        now: float,
+        owner: str | None,
+        changes: JobChanges,
+        claim_for: str | None,
+        lease: float,
+        tenant_id: str | None = None,
+        unexpired: bool = False,
+        from_any: Collection[JobStatus] | None = None,
+        extra_where: str = "",
+        returning: str = "id, tenant_id",
+    ) -> str:
+        """The compare-and-set UPDATE of a transition (SqliteStore._transition_op's, column for column).
+
+        A runnable target is claimable at once or leased to `claim_for`; when nobody local takes it,
+        the RETURNING clause NOTIFYs the other instances (in this statement's transaction)."""
+        target = path[-1]
+        now_ref = a(now, "float8")
+        sets = [f"status = {a(target.value, 'text')}", f"updated_at = {now_ref}", f"status_since = {now_ref}"]
+        if target in TERMINAL:
+            sets.append(f"finished_at = {now_ref}")
+        notify = ""
+        if target in RUNNABLE:
+            sets.append(f"run_at = {a(now + lease if claim_for else now, 'float8')}")
+            sets.append(f"lease_owner = {a(claim_for, 'text')}")
+            if not claim_for:
+                notify = f", pg_notify({a(self.channel, 'text')}, 'jobs')"
+        else:
+            sets += ["run_at = NULL", "lease_owner = NULL"]
+        cleared = {"input_text": changes.clear_input, "output_text": changes.clear_output}
+        for column in ("input_text", "output_text", "error_code", "error_message"):
+            value = getattr(changes, column)
+            if cleared.get(column):
+                sets.append(f"{column} = NULL")  # as in SQLite, where the later assignment wins
+            elif value is not None:
+                sets.append(f"{column} = {a(value, 'text')}")
+        for column in ("inbound", "outbound"):
+            value = getattr(changes, column)
+            if value is not None:
+                sets.append(f"{column} = {a(_json(value), 'json')}")
+        where = [f"id = {a(job_id, 'text')}"]
+        if from_any is None:
+            where.append(f"status = {a(path[0].value, 'text')}")
+        else:
+            where.append(f"status = ANY({a(sorted(s.value for s in from_any), 'text[]')})")
+        if owner is not None:
+            where.append(f"lease_owner = {a(owner, 'text')}")
+        if tenant_id is not None:
+            where.append(f"tenant_id = {a(tenant_id, 'text')}")
+        if unexpired:
+            where.append(f"expires_at > {now_ref}")
+        if extra_where:
+            where.append(extra_where)
+        return f"UPDATE jobs SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {returning}{notify}"
+
+    def _insert_deliveries(
+        self,
+        a: _Args,
+        source: str,
+        deliveries: Sequence[NewDelivery],
+        *,
+        now: float,
+        claim_for: str | None,
+        lease: float,
+    ) -> str:
+        """INSERT the job's webhooks (`source` yields the job's id and tenant_id), pre-claimed by
+        `claim_for` or due at once; unclaimed ones NOTIFY the other instances."""
+        now_ref = a(now, "float8")
+        due = a(now + lease if claim_for else now, "float8")
+        rows = (
+            f"unnest({a([d.id for d in deliveries], 'text[]')}, {a([d.event for d in deliveries], 'text[]')},"
+            f" {a([d.url for d in deliveries], 'text[]')}, {a([d.body for d in deliveries], 'bytea[]')},"
+            f" {a([d.deadline for d in deliveries], 'float8[]')}) AS n(id, event, url, body, deadline)"
+        )
+        notify = "" if claim_for else f" RETURNING pg_notify({a(self.channel, 'text')}, 'deliveries')"
+        return (
+            "INSERT INTO deliveries (id, job_id, tenant_id, event, url, body, state, attempts, created_at,"
+            " deadline, due_at, lease_owner, next_attempt_at)"
+            f" SELECT n.id, j.id, j.tenant_id, n.event, n.url, n.body, 'pending', 0, {now_ref}, n.deadline,"
+            f" {due}, {a(claim_for, 'text')}, {now_ref} FROM {source} j CROSS JOIN {rows}{notify}"
+        )
+
+    async def _stop_deliveries(self, c: Any, job_ids: Sequence[str]) -> None:
+        await c.execute(Q["cancel_pending_deliveries"], list(job_ids))
+
+    async def _transition_stopping(
+        self,
+        c: Any,
+        job_id: str,
+        path: Sequence[JobStatus],
+        *,
+        now: float,
+        owner: str | None,
+        changes: JobChanges,
+        deliveries: Sequence[NewDelivery],
+        claim_for: str | None,
+        lease: float,
+        tenant_id: str | None = None,
+        from_any: Collection[JobStatus] | None = None,
+    ) -> bool:
+        """A transition to cancelled/expired, inside the caller's transaction: the job's CAS, then (a new
+        statement, so it sees webhooks committed while we waited for the job) its pending webhooks."""
+        a = _Args()
+        update = self._job_update(
+            a,
+            job_id,
+            path,
+            now=now,
+            owner=owner,
+            changes=changes,
+            claim_for=claim_for,
+            lease=lease,
+            tenant_id=tenant_id,
+            from_any=from_any,
+        )
+        if not await c.fetch(update, *a.values):
+            return False
+        await self._stop_deliveries(c, [job_id])
+        if deliveries:
+            a = _Args()
+            source = f"(SELECT id, tenant_id FROM jobs WHERE id = {a(job_id, 'text')})"
+            await c.execute(
+                self._insert_deliveries(a, source, deliveries, now=now, claim_for=claim_for, lease=lease),
+                *a.values,
+            )
+        return True
+
+    async def transition(
+        self,
+        job_id: str,
+        path: Sequence[JobStatus],
+        *,
+        now: float,
+        owner: str | None = None,
+        changes: JobChanges = JobChanges(),  # noqa: B008
+        deliveries: Sequence[NewDelivery] = (),
+        claim_for: str | None = None,
+        lease: float = 0.0,
+    ) -> bool:
+        check_path(path)
+        if path[-1] in _STOPS_DELIVERY:
+
+            async def stopping(c: Any) -> bool:
+                async with c.transaction():
+                    return await self._transition_stopping(
+                        c,
+                        job_id,
+                        path,
+                        now=now,
+                        owner=owner,
+                        changes=changes,
+                        deliveries=deliveries,
+                        claim_for=claim_for,
+                        lease=lease,
+                    )
+
+            return await self._run(stopping)
+
+        # the pipeline's hot path: the CAS and the new webhooks in ONE statement
+        a = _Args()
+        update = self._job_update(
+            a, job_id, path, now=now, owner=owner, changes=changes, claim_for=claim_for, lease=lease
+        )
+        sql = f"WITH j AS ({update})"
+        if deliveries:
+            insert = self._insert_deliveries(a, "j", deliveries, now=now, claim_for=claim_for, lease=lease)
+            sql += f", i AS ({insert})"
+        sql += " SELECT count(*) FROM j"
+        return bool(await self._run(lambda c: c.fetchval(sql, *a.values)) == 1)
+
+    async def submit_response(
+        self,
+        tenant_id: str,
+        job_id: str,
+        output_text: str,
+        *,
+        now: float,
+        claim_for: str | None,
+        lease: float,
+    ) -> CasResult:
+        a = _Args()
+        update = self._job_update(
+            a,
+            job_id,
+            (JobStatus.AWAITING_RESPONSE, JobStatus.PROCESSING_OUTBOUND),
+            now=now,
+            owner=None,
+            changes=JobChanges(output_text=output_text),
+            claim_for=claim_for,
+            lease=lease,
+            tenant_id=tenant_id,
+            unexpired=True,
+            returning=_JOB_COLS,
+        )
+        sql = f"WITH j AS ({update}) SELECT {_J_JOB_COLS}, {_SUMMARY_COLS} FROM j {_SUMMARY_JOIN}"
+
+        async def op(c: Any) -> CasResult:
+            row = await c.fetchrow(sql, *a.values)
+            if row is not None:
+                return CasResult(True, _row_to_job_with_summary(row))
+            # lost the CAS: report the job as it is now (a new statement, so the newest version)
+            current = await c.fetchrow(Q["get_job"], job_id, tenant_id)
+            return CasResult(False, None if current is None else _row_to_job_with_summary(current))
+
+        return await self._run(op)
+
+    async def cancel_job(self, tenant_id: str, job_id: str, *, now: float) -> CasResult:
+        """CAS from whatever non-terminal status the job has (re-checked on the newest row version:
+        every non-terminal status may be cancelled), then stop its pending webhooks."""
+
+        async def op(c: Any) -> CasResult:
+            async with c.transaction():
+                ok = await self._transition_stopping(
+                    c,
+                    job_id,
+                    (JobStatus.PROCESSING_INBOUND, JobStatus.CANCELLED),
+                    now=now,
+                    owner=None,
+                    changes=JobChanges(error_code="cancelled", error_message="cancelled by the API"),
+                    deliveries=(),
+                    claim_for=None,
+                    lease=0.0,
+                    tenant_id=tenant_id,
+                    from_any=NON_TERMINAL,
+                )
+            row = await c.fetchrow(Q["get_job"], job_id, tenant_id)
+            return CasResult(ok, None if row is None else _row_to_job_with_summary(row))
+
+        return await self._run(op)
+
+    # ---- workers --------------------------------------------------------------------------
+
+    async def claim_jobs(self, owner: str, *, now: float, lease: float, limit: int) -> list[Job]:
+        rows = await self._run(lambda c: c.fetch(Q["claim_jobs"], owner, now, now + lease, limit))
+        return [_row_to_job(r) for r in rows]
+
+    async def claim_deliveries(self, owner: str, *, now: float, lease: float, limit: int) -> list[Delivery]:
+        rows = await self._run(lambda c: c.fetch(Q["claim_deliveries"], owner, now, now + lease, limit))
+        return [_row_to_delivery(r) for r in rows]
+
+    async def renew_leases(
+        self, owner: str, job_ids: Sequence[str], delivery_ids: Sequence[str], *, until: float
+    ) -> None:
+        """Two statements, each its own transaction: jobs and deliveries are never held together here,
+        and within each table the rows are locked in id order."""
+
+        async def op(c: Any) -> None:
+            if job_ids:
+                await c.execute(Q["renew_jobs"], list(job_ids), owner, until)
+            if delivery_ids:
+                await c.execute(Q["renew_deliveries"], list(delivery_ids), owner, until)
+
+        if job_ids or delivery_ids:
+            await self._run(op)
+
+    async def release_leases(
+        self, owner: str, job_ids: Sequence[str], delivery_ids: Sequence[str], *, now: float
+    ) -> None:
+        """Hand work back (shutdown): due at once, and the other instances are told so."""
+
+        async def op(c: Any) -> None:
+            if job_ids:
+                await c.fetch(Q["release_jobs"], list(job_ids), owner, now, self.channel)
+            if delivery_ids:
+                await c.fetch(Q["release_deliveries"], list(delivery_ids), owner, now, self.channel)
+
+        if job_ids or delivery_ids:
+            await self._run(op)
+
+    async def record_attempt(
+        self,
+        attempt: Attempt,
+        *,
+        owner: str,
+        state: DeliveryState,
+        now: float,
+        job_path: Sequence[JobStatus] | None = None,
+        job_changes: JobChanges = JobChanges(),  # noqa: B008
+    ) -> bool:
+        """One statement: the delivery's CAS on its lease owner, the attempt log, and the job's CAS
+        (e.g. delivering -> completed). When the job changes too, its row is locked first (`lj`,
+        evaluated before the delivery's row is touched) to keep the job-then-deliveries lock order.
+
+        A retry scheduled for later sends no NOTIFY: it is not due yet, and this worker's own timer
+        (or any instance's poll) picks it up when it is."""
+        if job_path is not None:
+            check_path(job_path)
+        stops = job_path is not None and job_path[-1] in _STOPS_DELIVERY
+        a = _Args()
+        delivery_id = a(attempt.delivery_id, "text")
+        job_id = a(attempt.job_id, "text")
+        started = a(attempt.started_at, "float8")
+        code = a(attempt.status_code, "int4")
+        error = a(_storable(attempt.error), "text")
+        new_state = a(state.value, "text")
+        next_at = a(attempt.next_attempt_at, "float8")
+        ctes: list[str] = []
+        gate = ""
+        if job_path is not None and not stops:
+            ctes.append(f"lj AS MATERIALIZED (SELECT id FROM jobs WHERE id = {job_id} FOR NO KEY UPDATE)")
+            gate = " AND (SELECT count(*) FROM lj) >= 0"
+        ctes.append(
+            "d AS (UPDATE deliveries SET attempts = attempts + 1,"
+            f" last_attempt_at = {started}, last_status_code = {code}, last_error = {error},"
+            f" state = CASE WHEN state = 'pending' THEN {new_state} ELSE state END,"
+            f" next_attempt_at = CASE WHEN state = 'pending' AND {new_state} = 'pending' THEN {next_at} END,"
+            f" due_at = CASE WHEN state = 'pending' AND {new_state} = 'pending' THEN {next_at} END,"
+            " lease_owner = NULL"
+            f" WHERE id = {delivery_id} AND lease_owner = {a(owner, 'text')}{gate} RETURNING attempts)"
+        )
+        ctes.append(
+            "a AS (INSERT INTO delivery_attempts (delivery_id, job_id, event, attempt, started_at,"
+            " duration_ms, status_code, error, response_excerpt, next_attempt_at)"
+            f" SELECT {delivery_id}, {job_id}, {a(attempt.event, 'text')}, d.attempts, {started},"
+            f" {a(attempt.duration_ms, 'float8')}, {code}, {error},"
+            f" {a(_storable(attempt.response_excerpt), 'text')}, {next_at} FROM d"
+            " ON CONFLICT (delivery_id, attempt) DO UPDATE SET job_id = excluded.job_id,"
+            " event = excluded.event, started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
+            " status_code = excluded.status_code, error = excluded.error,"
+            " response_excerpt = excluded.response_excerpt, next_attempt_at = excluded.next_attempt_at)"
+        )
+        if job_path is not None and not stops:
+            update = self._job_update(
+                a,
+                attempt.job_id,
+                job_path,
+                now=now,
+                owner=None,
+                changes=job_changes,
+                claim_for=None,
+                lease=0.0,
+                extra_where="EXISTS (SELECT 1 FROM d)",
+                returning="id",
+            )
+            ctes.append(f"j AS ({update})")
+        sql = f"WITH {', '.join(ctes)} SELECT count(*) FROM d"
+
+        if not stops:
+            return bool(await self._run(lambda c: c.fetchval(sql, *a.values)) == 1)
+
+        assert job_path is not None
+
+        async def stopping(c: Any) -> bool:
+            async with c.transaction():
+                await c.execute(Q["lock_job"], attempt.job_id)
+                if await c.fetchval(sql, *a.values) != 1:
+                    return False
+                await self._transition_stopping(
+                    c,
+                    attempt.job_id,
+                    job_path,
+                    now=now,
+                    owner=None,
+                    changes=job_changes,
+                    deliveries=(),
+                    claim_for=None,
+                    lease=0.0,
+                )
+                return True
+
+        return await self._run(stopping)
+
+    # ---- sweeper and health ---------------------------------------------------------------
+
+    async def expire_due(self, *, now: float, limit: int) -> list[str]:
+        """Safe on every instance at once: each takes a disjoint batch (SKIP LOCKED), so each job
+        expires exactly once and no sweeper waits for another."""
+
+        async def op(c: Any) -> list[str]:
+            async with c.transaction():
+                rows = await c.fetch(Q["expire_due"], now, limit)
+                if rows:
+                    await self._stop_deliveries(c, [r[0] for r in rows])
+            return [r[0] for r in sorted(rows, key=lambda r: (r[1], r[0]))]
+
+        return await self._run(op)
+
+    async def fail_overdue_deliveries(self, *, now: float, limit: int) -> int:
+        """Fail pending webhooks whose deadline has passed and that no worker holds, so a webhook whose
+        worker died is not sent after its deadline. The job itself is expire_due's business (a
+        webhook's deadline is its job's expires_at)."""
+        status = await self._run(lambda c: c.execute(Q["fail_overdue_deliveries"], now, limit))
+        return _rowcount(status)
+
+    async def purge_finished(self, *, before: float, limit: int) -> int:
+        """Lock a batch of finished jobs (SKIP LOCKED: sweepers on other instances take other jobs),
+        delete their webhooks (waiting out an attempt being recorded), then, in a new statement that
+        sees that attempt, their attempt log and the jobs."""
+
+        async def op(c: Any) -> int:
+            async with c.transaction():
+                victims = [r[0] for r in await c.fetch(Q["purge_candidates"], before, limit)]
+                if not victims:
+                    return 0
+                await c.execute(Q["purge_deliveries"], victims)
+                return _rowcount(await c.execute(Q["purge_jobs"], victims))
+
+        return await self._run(op)
+
+    async def queue_stats(self) -> QueueStats:
+        row = await self._run(lambda c: c.fetchrow(Q["queue_stats"]), read=True)
+        queues = {
+            name: QueueStat(depth=int(row[i] or 0), oldest_since=row[5 + i]) for i, name in enumerate(_QUEUES)
+        }
+        return QueueStats(queues=queues, retrying=int(row[4] or 0))
