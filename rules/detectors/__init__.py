@@ -1,0 +1,1 @@
+"""One module per pack; each exposes a detector class and its `RULES`."""

@@ -1,0 +1,256 @@
+"""Compiled policies and the scan itself.
+
+`compile_policy` validates a policy and builds, once, everything a scan needs: the detectors of
+the enabled packs, the action of every rule, the placeholders. `CompiledPolicy.scan` is then pure
+computation on immutable state, so one compiled policy can serve many threads and event loops at
+once.
+
+`scan_many` scans a batch as one document (see `rules.detectors.base.Doc`): every pattern walks
+the batch once, and per-text Python work happens only for texts where something matched.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rules.detectors import injection
+from rules.detectors.base import Detector, Doc, Finding, RuleInfo
+from rules.detectors.custom import CustomDetector
+from rules.detectors.injection import InjectionDetector
+from rules.detectors.pii import DEFAULT_PHONE_REGIONS, PiiDetector
+from rules.detectors.secrets import SecretsDetector
+from rules.detectors.unicode import UnicodeDetector
+from rules.model import (
+    ALLOWED,
+    BLOCK,
+    BLOCKED,
+    DIRECTIONS,
+    OFF,
+    REDACT,
+    REDACTED,
+    SEVERITY,
+    STRIP,
+    Match,
+    Verdict,
+)
+from rules.policy import PolicySpec, RuleSetSpec, parse_policy
+from rules.redact import Edit, apply_edits
+
+#: Categories whose matches are competing readings of the same characters (a 12-digit Maestro
+#: number is also phone-shaped): where they overlap, only the best reading is reported.
+_ENTITY_CATEGORIES = frozenset({"pii", "secrets"})
+
+_SHARED: dict[str, Any] = {}
+
+
+def _shared(key: str, factory: Any) -> Any:
+    """Fixed-pack detectors hold only immutable compiled patterns: one instance serves all."""
+    found = _SHARED.get(key)
+    if found is None:
+        found = _SHARED[key] = factory()
+    return found
+
+
+class RuleSet:
+    """One direction's compiled rules."""
+
+    __slots__ = ("_actions", "_detectors", "_info", "_order", "spec", "threshold")
+
+    def __init__(self, spec: RuleSetSpec) -> None:
+        self.spec = spec
+        detectors: list[Detector] = []
+        for pack in spec.packs:
+            if pack == "pii":
+                regions = spec.phone_regions
+                if regions == DEFAULT_PHONE_REGIONS:
+                    detectors.append(_shared("pii", PiiDetector))
+                else:
+                    detectors.append(PiiDetector(regions))
+            elif pack == "secrets":
+                detectors.append(_shared("secrets", SecretsDetector))
+            elif pack == "prompt_injection":
+                detectors.append(_shared("prompt_injection", InjectionDetector))
+            elif pack == "unicode":
+                detectors.append(_shared("unicode", UnicodeDetector))
+        if spec.custom:
+            detectors.append(CustomDetector(spec.custom))
+        info: dict[str, RuleInfo] = {}
+        actions: dict[str, str] = {}
+        for detector in detectors:
+            for rule in detector.rules:
+                info[rule.id] = rule
+                actions[rule.id] = spec.action_for(rule)
+        self._detectors = tuple(d for d in detectors if any(actions[r.id] != OFF for r in d.rules))
+        self._info = info
+        self._actions = actions
+        self._order = {rule_id: i for i, rule_id in enumerate(info)}
+        self.threshold = spec.threshold
+
+    @property
+    def rules(self) -> Mapping[str, RuleInfo]:
+        return self._info
+
+    def action(self, rule_id: str) -> str:
+        return self._actions[rule_id]
+
+    def scan_many(self, texts: Sequence[str]) -> list[Verdict]:
+        if not texts:
+            return []
+        if not self._detectors:
+            return [Verdict(ALLOWED, t, ()) for t in texts]
+        doc = Doc(texts)
+        findings: list[Finding] = []
+        for detector in self._detectors:
+            findings.extend(detector.find(doc))
+        by_segment = self._split(doc, findings, texts)
+        return [
+            self._verdict(texts[i], by_segment[i]) if i in by_segment else Verdict(ALLOWED, texts[i], ())
+            for i in range(len(texts))
+        ]
+
+    def _split(self, doc: Doc, findings: list[Finding], texts: Sequence[str]) -> dict[int, list[Finding]]:
+        """Group findings by text, in local offsets; rescan alone any text a match crossed."""
+        grouped: dict[int, list[Finding]] = {}
+        if len(texts) == 1:
+            if findings:
+                grouped[0] = findings
+            return grouped
+        starts, ends = doc.starts, doc.ends
+        redo: set[int] = set()
+        for s, e, rule, score in findings:
+            i = bisect.bisect_right(starts, s) - 1
+            if e > ends[i]:
+                redo.update(range(i, bisect.bisect_right(starts, e - 1)))
+                continue
+            base = starts[i]
+            grouped.setdefault(i, []).append((s - base, e - base, rule, score))
+        for i in redo:  # a match ran across a separator: trust only a scan of the text alone
+            solo = Doc([texts[i]])
+            local = [f for d in self._detectors for f in d.find(solo)]
+            if local:
+                grouped[i] = local
+            else:
+                grouped.pop(i, None)
+        return grouped
+
+    def _verdict(self, text: str, findings: list[Finding]) -> Verdict:
+        actions = self._actions
+        info = self._info
+        live = [f for f in findings if actions[f[2]] != OFF]
+        injected = [f for f in live if info[f[2]].category == injection.CATEGORY]
+        if injected and _combined(injected) < self.threshold:
+            live = [f for f in live if info[f[2]].category != injection.CATEGORY]
+        entities = [f for f in live if info[f[2]].category in _ENTITY_CATEGORIES]
+        others = [f for f in live if info[f[2]].category not in _ENTITY_CATEGORIES]
+        kept = self._resolve(entities) + _dedupe(others)
+        if not kept:
+            return Verdict(ALLOWED, text, ())
+        matches = tuple(
+            sorted(
+                (
+                    Match(
+                        rule=rule,
+                        category=info[rule].category,
+                        action=actions[rule],
+                        start=s,
+                        end=e,
+                        score=score,
+                        type=info[rule].type,
+                    )
+                    for s, e, rule, score in kept
+                ),
+                key=lambda m: (m.start, m.end, m.rule),
+            )
+        )
+        if any(m.action == BLOCK for m in matches):
+            return Verdict(BLOCKED, None, matches)
+        edits: list[Edit] = [
+            (m.start, m.end, m.action, info[m.rule].placeholder, -self._order[m.rule])
+            for m in matches
+            if m.action in (REDACT, STRIP)
+        ]
+        if not edits:
+            return Verdict(ALLOWED, text, matches)
+        return Verdict(REDACTED, apply_edits(text, edits), matches)
+
+    def _resolve(self, entities: list[Finding]) -> list[Finding]:
+        """Keep the best of overlapping entity readings: longest, then strictest action, then score."""
+        if len(entities) < 2:
+            return entities
+        order = self._order
+        actions = self._actions
+        ranked = sorted(
+            set(entities),
+            key=lambda f: (f[0] - f[1], -SEVERITY[actions[f[2]]], -f[3], order[f[2]], f[0]),
+        )
+        kept: list[Finding] = []
+        for f in ranked:
+            if all(f[1] <= k[0] or k[1] <= f[0] for k in kept):
+                kept.append(f)
+        return kept
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """Overlapping hits of one rule are one finding: their union, with the best score."""
+    if len(findings) < 2:
+        return findings
+    merged: list[Finding] = []
+    for f in sorted(findings, key=lambda f: (f[2], f[0], -f[1])):
+        if merged and merged[-1][2] == f[2] and f[0] < merged[-1][1]:
+            s, e, rule, score = merged[-1]
+            merged[-1] = (s, max(e, f[1]), rule, max(score, f[3]))
+        else:
+            merged.append(f)
+    return merged
+
+
+def _combined(findings: list[Finding]) -> float:
+    """Noisy-or of the strongest score of each injection rule that fired."""
+    best: dict[str, float] = {}
+    for _, _, rule, score in findings:
+        if score > best.get(rule, 0.0):
+            best[rule] = score
+    miss = 1.0
+    for score in best.values():
+        miss *= 1.0 - score
+    return 1.0 - miss
+
+
+class CompiledPolicy:
+    """A validated policy, compiled once; `scan` is safe to call from any thread."""
+
+    __slots__ = ("_sets", "description", "name")
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.name = spec.name
+        self.description = spec.description
+        self._sets = {d: RuleSet(spec.rule_sets[d]) for d in DIRECTIONS}
+
+    def rule_set(self, direction: str) -> RuleSet:
+        try:
+            return self._sets[direction]
+        except KeyError:
+            raise ValueError(f"direction must be 'inbound' or 'outbound', not {direction!r}") from None
+
+    def scan(self, text: str, direction: str) -> Verdict:
+        """Filter one text with the rule set of `direction` ("inbound" or "outbound")."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        return self.rule_set(direction).scan_many([text])[0]
+
+    def scan_many(self, texts: Sequence[str], direction: str) -> list[Verdict]:
+        """Filter a batch; the same verdicts as `scan` on each text, computed in one pass."""
+        return self.rule_set(direction).scan_many(texts)
+
+    def __repr__(self) -> str:
+        return f"CompiledPolicy(name={self.name!r})"
+
+
+def compile_policy(data: Mapping[str, Any], name: str = "default") -> CompiledPolicy:
+    """Validate and compile a policy (parsed TOML or the same shape from JSON)."""
+    return CompiledPolicy(parse_policy(data, name))
+
+
+__all__ = ["STRIP", "CompiledPolicy", "RuleSet", "compile_policy"]
