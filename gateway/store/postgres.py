@@ -101,6 +101,8 @@ def _sqlstate(exc: BaseException) -> str:
 
 
 def _unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True  # what asyncpg raises when the server ended an idle pooled connection under it
     if isinstance(exc, asyncpg.PostgresError):
         state = _sqlstate(exc)
         return state[:2] in _UNAVAILABLE_CLASSES or state in _UNAVAILABLE_STATES
@@ -112,6 +114,8 @@ def _unavailable(exc: BaseException) -> bool:
 
 
 def _connection_lost(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InternalClientError):
+        return True
     if isinstance(exc, asyncpg.PostgresError):
         return _sqlstate(exc).startswith("08")
     if isinstance(exc, asyncpg.InterfaceError):
@@ -269,10 +273,14 @@ class PostgresStore:
         command_timeout: float = 30.0,
         listen_keepalive: float = 15.0,
         reconnect_backoff: tuple[float, float] = (0.1, 5.0),
+        application_name: str = "gateway",
     ) -> None:
         """`schema` puts every table in that schema (created if missing) via the connections'
         search_path: several deployments, or one per test, can share a database. `listen_keepalive`
-        is how often the LISTEN connection is probed, to find a connection that died silently."""
+        is how often the LISTEN connection is probed, to find a connection that died silently;
+        `reconnect_backoff` the first and the longest wait between attempts to re-establish it.
+        `application_name` names the connections in pg_stat_activity (the LISTEN one gets
+        a "-listener" suffix)."""
         self.url = url
         self.schema = schema
         self.channel = _channel_for(schema)
@@ -281,7 +289,8 @@ class PostgresStore:
         self._command_timeout = command_timeout
         self._keepalive = listen_keepalive
         self._backoff = reconnect_backoff
-        settings = {"application_name": "gateway"}
+        self.application_name = application_name
+        settings = {"application_name": application_name}
         if schema is not None:
             settings["search_path"] = _quote_ident(schema)
         self._server_settings = settings
@@ -367,9 +376,11 @@ class PostgresStore:
                 async with pool.acquire(timeout=self._command_timeout) as conn:
                     return await fn(conn)
             except Exception as exc:
-                if attempt < _ATTEMPTS and (
-                    _sqlstate(exc) in _RETRY_STATES or (read and attempt == 1 and _connection_lost(exc))
-                ):
+                if attempt < _ATTEMPTS and _sqlstate(exc) in _RETRY_STATES:
+                    # by design no two of our transactions wait on each other in a cycle: say so if they did
+                    log.warning("transaction rolled back (%s: %s); running it again", _sqlstate(exc), exc)
+                    continue
+                if read and attempt == 1 and _connection_lost(exc):
                     continue
                 if _unavailable(exc):
                     raise StoreError(f"database unavailable: {exc}") from exc
@@ -420,7 +431,7 @@ class PostgresStore:
                 conn = await asyncpg.connect(
                     self.url,
                     timeout=self._command_timeout,
-                    server_settings={"application_name": "gateway-listener"},
+                    server_settings={"application_name": f"{self.application_name}-listener"},
                 )
                 lost = _termination_event(conn)
                 await conn.add_listener(self.channel, self._on_notification)
