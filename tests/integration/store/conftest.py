@@ -68,15 +68,16 @@ async def fresh_schema(url: str) -> AsyncIterator[str]:
             await conn.close()
 
 
-def postgres_store(url: str, schema: str, *, listen_keepalive: float = 15.0) -> PostgresStore:
-    """A store sized for tests: few idle connections, enough for the concurrency tests."""
+def postgres_store(url: str, schema: str, *, application_name: str = "gateway-test") -> PostgresStore:
+    """A store sized for tests: few idle connections, enough for the concurrency tests; a dropped
+    LISTEN connection is re-established within a fraction of a second."""
     return PostgresStore(
         url,
         schema=schema,
         min_size=1,
         max_size=10,
-        listen_keepalive=listen_keepalive,
         reconnect_backoff=(0.05, 0.5),
+        application_name=application_name,
     )
 
 
