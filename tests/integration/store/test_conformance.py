@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from gateway import ids
@@ -292,3 +293,29 @@ async def test_api_keys_and_policies(store: Store) -> None:
     assert [p.name for p in await store.list_policies("t1")] == ["strict"]
     assert await store.delete_policy("t1", "strict")
     assert not await store.delete_policy("t1", "strict")
+
+
+async def test_json_comes_back_exactly_as_stored(store: Store) -> None:
+    """Key order and number types survive the round trip (metadata is echoed in every webhook)."""
+    metadata = {"zeta": 1, "alpha": 1.0, "big": 1e20, "nested": {"b": [1, 2.5], "a": None}}
+    job_id = await create(store, dataclasses.replace(new_job(), metadata=metadata))
+    got = await store.get_job("t1", job_id)
+    assert got is not None and got.metadata == metadata
+    assert list(got.metadata) == list(metadata) and list(got.metadata["nested"]) == ["b", "a"]
+    assert isinstance(got.metadata["alpha"], float) and isinstance(got.metadata["big"], float)
+
+
+async def test_receiver_text_with_nul_is_recorded(store: Store) -> None:
+    """A receiver's answer may hold any byte; logging the attempt must not fail on it."""
+    now = time.time()
+    job_id = await create(store, new_job(now=now))
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
+    )
+    [d] = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
+    attempt = Attempt(d.id, job_id, d.event, 1, now, 1.0, 500, "bad\x00error", "body\x00here", now + 5)
+    assert await store.record_attempt(attempt, owner="w1", state=DeliveryState.PENDING, now=now)
+    [logged] = await store.list_attempts("t1", job_id)
+    assert logged.status_code == 500 and logged.response_excerpt is not None
+    assert logged.response_excerpt.startswith("body") and logged.response_excerpt.endswith("here")
