@@ -424,7 +424,7 @@ class PostgresStore:
     async def _listen(self) -> None:
         low, high = self._backoff
         delay = low
-        connected_before = False
+        missed = False  # True once a notification may have been sent while we were not listening
         while not self._closing:
             conn: Any = None
             try:
@@ -436,11 +436,11 @@ class PostgresStore:
                 lost = _termination_event(conn)
                 await conn.add_listener(self.channel, self._on_notification)
                 self._listen_conn = conn
-                if connected_before:
+                if missed:
                     log.info("LISTEN connection re-established")
                     self._notify_callbacks("jobs")
                     self._notify_callbacks("deliveries")
-                connected_before = True
+                    missed = False
                 delay = low
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
@@ -454,6 +454,7 @@ class PostgresStore:
             except Exception as exc:
                 log.warning("LISTEN connection failed (%s); retrying in %.1fs", exc, delay)
             finally:
+                missed = True
                 self._listen_conn = None
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
