@@ -11,6 +11,7 @@ import re
 import tomllib
 from typing import Any
 
+import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -97,7 +98,8 @@ async def put_policy(request: Request) -> Response:
     source = await _read_source(request)
     runtime = runtime_of(request)
     try:
-        runtime.policies.validate(name, source)
+        # Compiling builds every matcher of the policy: off the event loop, it is pure work.
+        await anyio.to_thread.run_sync(runtime.policies.validate, name, source)
     except PolicyError as exc:
         errors = list(exc.errors)
         first = errors[0] if errors else {"rule": "", "problem": str(exc)}
