@@ -1,4 +1,8 @@
-"""The /v1/jobs resource: create (with idempotency), read, list, answer, cancel, delivery log."""
+"""The /v1/jobs resource: create (with idempotency), read, list, answer, cancel, delivery log.
+
+Every write goes through one store call that is itself a compare-and-set, so the API never reads a
+status and then acts on it: a 409 always describes the job as the failed write found it.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class _CreateRequest:
 
 
 def _parse_create(body: dict[str, Any], allow_private: bool) -> _CreateRequest:
+    """Check every field and report all problems in one 422, so a client fixes them in one go."""
     problems = Problems()
     # Not nullable: `{"message_input": "a", "message": null}` is "both", as the schema says.
     message_input = optional_str(body, "message_input", problems, nullable=False)
@@ -168,6 +173,12 @@ def _created_body(job: Job, secret: str, public_key: str | None) -> dict[str, An
 
 
 async def create_job(request: Request) -> Response:
+    """202 with the job's one-time secret; a repeated Idempotency-Key replays the first answer.
+
+    The webhook secret is made even for a poll-only job: a client may add a receiver later in its
+    own design, and a replay must be able to answer exactly what the first call did. It is sealed
+    under the job id, so the plain secret exists only in this response.
+    """
     tenant = await authenticate(request)
     runtime = runtime_of(request)
     settings = runtime.settings
@@ -284,6 +295,8 @@ async def submit_response(request: Request) -> Response:
 
 
 async def list_jobs(request: Request) -> Response:
+    """Newest first. The cursor is the last id of the previous page: ids sort by creation time, so
+    paging is an index range scan that stays stable while new jobs arrive (they sort before it)."""
     tenant = await authenticate(request)
     params = request.query_params
     problems = Problems()
@@ -338,6 +351,8 @@ async def cancel_job(request: Request) -> Response:
 
 
 async def list_deliveries(request: Request) -> Response:
+    """Reads the job first: an unknown job is a 404, not an empty log that would look like "no
+    attempts yet" (and another tenant's job must be indistinguishable from an unknown one)."""
     tenant = await authenticate(request)
     job_id = _path_job_id(request)
     store = runtime_of(request).store
