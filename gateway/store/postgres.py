@@ -13,6 +13,10 @@ many writers there are. SQLite has one writer at a time; here every instance wri
 - Statements that must see rows committed while they waited for a lock (cancelling a job's pending
   webhooks) run as a separate statement after the lock is held, not as a CTE of the same snapshot.
 - Work made due for other instances is announced with NOTIFY in the same transaction (`on_work`).
+
+Round trips: create_job, the claims, transition (with the webhooks it creates), submit_response and
+record_attempt (with the job's change) are one statement each; cancels and sweeps, which need a
+second statement for the reason above, are short transactions.
 """
 
 from __future__ import annotations
