@@ -48,34 +48,36 @@ def parse_json(raw: bytes) -> Any:
         raise invalid(f"the request body is not valid JSON: {first_error}", status=400) from None
 
 
-def check_strings(value: Any, root: str = "") -> None:
-    """422 unless every string (and object key) in `value` is NUL-free, well-formed Unicode."""
+def check_strings(value: Any, root: str = "", *, allow_nul: bool = False) -> None:
+    """422 unless every string (and object key) in `value` is well-formed Unicode and, unless
+    `allow_nul` (for text that is only scanned, never stored), free of NUL characters."""
     stack: list[tuple[str, Any]] = [(root, value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, str):
-            _check_text(path or "body", item)
+            _check_text(path or "body", item, allow_nul=allow_nul)
         elif isinstance(item, Mapping):
             for key, child in item.items():
                 child_path = f"{path}.{key}" if path else str(key)
                 if isinstance(key, str):
-                    _check_text(child_path, key, what="the field name")
+                    _check_text(child_path, key, what="the field name", allow_nul=allow_nul)
                 stack.append((child_path, child))
         elif isinstance(item, list):
             stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
 
 
-def _check_text(path: str, text: str, what: str = "") -> None:
-    problem = text_problem(text)
+def _check_text(path: str, text: str, what: str = "", *, allow_nul: bool = False) -> None:
+    problem = text_problem(text, allow_nul=allow_nul)
     if problem is not None:
         problem = f"{what} {problem}" if what else problem
         shown = _printable(path)
         raise invalid(f"{shown}: {problem}", [field_problem(shown, problem)])
 
 
-def text_problem(text: str) -> str | None:
-    """Why `text` cannot be stored, or None. `encode` finds surrogates at C speed."""
-    if "\x00" in text:
+def text_problem(text: str, *, allow_nul: bool = False) -> str | None:
+    """Why `text` cannot be stored (or scanned: the engine works on UTF-8), or None. `encode`
+    finds surrogates at C speed."""
+    if not allow_nul and "\x00" in text:
         return _NUL_PROBLEM
     try:
         text.encode("utf-8")
@@ -89,19 +91,21 @@ def _printable(path: str) -> str:
     return path.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-async def read_object(request: Request, allowed: Collection[str]) -> dict[str, Any]:
+async def read_object(
+    request: Request, allowed: Collection[str], *, allow_nul: bool = False
+) -> dict[str, Any]:
     """The body as a JSON object with only `allowed` fields and only storable strings."""
     body = parse_json(await request.body())
-    return check_object(body, allowed)
+    return check_object(body, allowed, allow_nul=allow_nul)
 
 
-def check_object(body: Any, allowed: Collection[str]) -> dict[str, Any]:
+def check_object(body: Any, allowed: Collection[str], *, allow_nul: bool = False) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid(
             f"the request body must be a JSON object, not {json_type(body)}",
             [field_problem("body", f"expected an object, got {json_type(body)}")],
         )
-    check_strings(body)
+    check_strings(body, allow_nul=allow_nul)
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise invalid(

@@ -19,7 +19,8 @@ THREAD_THRESHOLD = 64 * 1024
 
 async def filter_text(request: Request) -> Response:
     tenant = await authenticate(request)
-    body = await read_object(request, FILTER_FIELDS)
+    # NUL is fine here: nothing is stored, and a NUL may be exactly what a prompt hides behind.
+    body = await read_object(request, FILTER_FIELDS, allow_nul=True)
     problems = Problems()
     direction = body.get("direction")
     if direction not in DIRECTIONS:

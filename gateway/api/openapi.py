@@ -30,6 +30,8 @@ def _nullable(schema: Schema) -> Schema:
 
 _TIMESTAMP: Schema = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"}
 _JOB_ID: Schema = {"type": "string", "pattern": "^job_[0-9a-hjkmnp-tv-z]{26}$"}
+# Stored text: PostgreSQL cannot hold NUL characters (a 422). Lone surrogates are refused too.
+_TEXT: Schema = {"type": "string", "pattern": "^[^\\u0000]*$"}
 _POLICY_NAME: Schema = {"type": "string", "pattern": "^[a-z0-9_-]{1,64}$"}
 
 _SCHEMAS: dict[str, Schema] = {
@@ -66,10 +68,11 @@ _SCHEMAS: dict[str, Schema] = {
         "contain NUL characters or lone surrogates (422). null means absent for optional fields.",
         "oneOf": [{"required": ["message_input"]}, {"required": ["message"]}],
         "properties": {
-            "message_input": {"type": "string", "description": "the prompt; filtered by the inbound rules"},
-            "message": {"type": "string", "description": "legacy name of message_input"},
+            "message_input": {**_TEXT, "description": "the prompt; filtered by the inbound rules"},
+            "message": {**_TEXT, "description": "legacy name of message_input"},
             "message_output": {
                 "type": ["string", "null"],
+                "pattern": _TEXT["pattern"],
                 "description": "the LLM answer; present means combined mode",
             },
             "webhook_url": {
@@ -88,7 +91,7 @@ _SCHEMAS: dict[str, Schema] = {
                 "type": ["object", "null"],
                 "description": "echoed in webhooks and GET; at most 16 KiB as JSON",
             },
-            "policy": {"type": ["string", "null"], "default": "default"},
+            "policy": {"type": ["string", "null"], "pattern": _TEXT["pattern"], "default": "default"},
             "signature_scheme": {"enum": ["v1", "v1a", None], "default": "v1"},
         },
     },
@@ -197,7 +200,7 @@ _SCHEMAS: dict[str, Schema] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["message_output"],
-        "properties": {"message_output": {"type": "string"}},
+        "properties": {"message_output": _TEXT},
     },
     "Attempts": {
         "type": "object",
@@ -371,7 +374,7 @@ def _json_body(schema_name: str) -> dict[str, Any]:
 
 
 _JOB_ID_PARAM = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_POLICY_PARAM = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_POLICY_PARAM = {"name": "name", "in": "path", "required": True, "schema": _POLICY_NAME}
 _PLAIN_OK = (200, "OK", {"type": "object"})
 
 
