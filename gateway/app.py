@@ -38,7 +38,9 @@ async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Ru
     return runtime
 
 
-def create_app(settings: Settings | None = None, *, workers: bool = True, clock: Clock | None = None) -> Starlette:
+def create_app(
+    settings: Settings | None = None, *, workers: bool = True, clock: Clock | None = None
+) -> Starlette:
     """The API; with `workers`, the pipeline and the sweeper run in the same process."""
     from gateway.api import exception_handlers, middleware, routes
 

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 
 # name -> (module, configure function, run function, help)
 _COMMANDS: dict[str, tuple[str, str, str, str]] = {
-    "serve": ("gateway.serve_cli", "configure", "run", "run the API, the workers and the sweeper in one process"),
+    "serve": (
+        "gateway.serve_cli",
+        "configure",
+        "run",
+        "run the API, the workers and the sweeper in one process",
+    ),
     "worker": (
         "gateway.serve_cli",
         "configure_worker",
@@ -21,7 +26,12 @@ _COMMANDS: dict[str, tuple[str, str, str, str]] = {
         "run workers and the sweeper only, beside an API elsewhere",
     ),
     "keys": ("gateway.keys_cli", "configure", "run", "manage API keys"),
-    "filter": ("gateway.filter_cli", "configure", "run", "run the rule engine on text, print the verdict as JSON"),
+    "filter": (
+        "gateway.filter_cli",
+        "configure",
+        "run",
+        "run the rule engine on text, print the verdict as JSON",
+    ),
     "verify": ("gateway.verify_cli", "configure", "run", "check a webhook's Standard Webhooks signature"),
 }
 

@@ -8,6 +8,7 @@ may take a combined-mode job through several statuses in one write) before it is
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Sequence
 
 
@@ -29,7 +30,8 @@ S = JobStatus
 _ALWAYS = frozenset({S.EXPIRED, S.CANCELLED})
 
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    S.PROCESSING_INBOUND: frozenset({S.INBOUND_BLOCKED, S.AWAITING_RESPONSE, S.PROCESSING_OUTBOUND}) | _ALWAYS,
+    S.PROCESSING_INBOUND: frozenset({S.INBOUND_BLOCKED, S.AWAITING_RESPONSE, S.PROCESSING_OUTBOUND})
+    | _ALWAYS,
     S.AWAITING_RESPONSE: frozenset({S.PROCESSING_OUTBOUND}) | _ALWAYS,
     S.PROCESSING_OUTBOUND: frozenset({S.OUTBOUND_BLOCKED, S.DELIVERING}) | _ALWAYS,
     S.DELIVERING: frozenset({S.COMPLETED, S.FAILED}) | _ALWAYS,
@@ -60,7 +62,7 @@ def check_path(path: Sequence[JobStatus]) -> None:
     """Raise unless every hop of `path` is in the table (a path of one status is a no-op)."""
     if not path:
         raise IllegalTransition("empty path")
-    for old, new in zip(path, path[1:], strict=False):
+    for old, new in itertools.pairwise(path):
         if not can_transition(old, new):
             raise IllegalTransition(f"{old} -> {new} is not a legal transition")
 

@@ -11,7 +11,9 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.jobs_created = Counter("gateway_jobs_created", "Jobs accepted", ["mode"], registry=r)
-        self.jobs_finished = Counter("gateway_jobs_finished", "Jobs that reached a terminal status", ["status"], registry=r)
+        self.jobs_finished = Counter(
+            "gateway_jobs_finished", "Jobs that reached a terminal status", ["status"], registry=r
+        )
         self.filter_seconds = Histogram(
             "gateway_filter_seconds",
             "Time to filter one message",
@@ -32,4 +34,6 @@ class Metrics:
             "gateway_http_requests", "API requests by route and status", ["route", "status"], registry=r
         )
         self.queue_depth = Gauge("gateway_queue_depth", "Jobs per queue", ["queue"], registry=r)
-        self.queue_oldest = Gauge("gateway_queue_oldest_age_seconds", "Oldest job per queue", ["queue"], registry=r)
+        self.queue_oldest = Gauge(
+            "gateway_queue_oldest_age_seconds", "Oldest job per queue", ["queue"], registry=r
+        )

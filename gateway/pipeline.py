@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from rules import CompiledPolicy
-
 from gateway import ids
 from gateway.delivery.retry import next_delay
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
@@ -28,6 +26,7 @@ from gateway.delivery.signing import webhook_headers
 from gateway.jobs import DeliveryState, JobStatus, Mode, WebhookEvent
 from gateway.store.base import Attempt, Delivery, Job, JobChanges, NewDelivery, StoreError
 from gateway.webhooks import event_body
+from rules import CompiledPolicy
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
@@ -171,7 +170,9 @@ class Pipeline:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.wake.wait(), timeout=timeout)
 
-    def _spawn(self, lane: _Lane, item: Job | Delivery, work: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
+    def _spawn(
+        self, lane: _Lane, item: Job | Delivery, work: Callable[[Any], Coroutine[Any, Any, None]]
+    ) -> None:
         if item.id in lane.inflight:
             return
         task = asyncio.create_task(work(item))
@@ -230,8 +231,8 @@ class Pipeline:
         inbound = job.inbound
         outbound: dict[str, Any] | None = None
         changes: dict[str, Any] = {}
-        path = [job.status]
-        event: WebhookEvent | None
+        path: list[JobStatus] = [job.status]
+        event: WebhookEvent | None = None
 
         if job.status is S.PROCESSING_INBOUND:
             inbound = await self._scan(policy, job.input_text, "inbound")
@@ -358,7 +359,10 @@ class Pipeline:
                 job_changes = JobChanges(error_code=code, error_message=message)
         else:
             delay = next_delay(
-                attempt_no, self.settings.webhook_retry_schedule, self.settings.webhook_retry_jitter, self._rng
+                attempt_no,
+                self.settings.webhook_retry_schedule,
+                self.settings.webhook_retry_jitter,
+                self._rng,
             )
             if delay is not None and result.retry_after is not None:
                 delay = min(max(result.retry_after, 0.0), self.settings.webhook_max_retry_after_seconds)

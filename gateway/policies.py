@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rules import CompiledPolicy, PolicyError, compile_policy, load_policy_dir
-
 from gateway.store.base import Store
+from rules import CompiledPolicy, PolicyError, compile_policy, load_policy_dir
 
 
 class PolicyRegistry:

@@ -112,7 +112,9 @@ async def _worker_main(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    log.info("worker %s running on %s", runtime.pipeline.owner if runtime.pipeline else "?", settings.database_url)
+    log.info(
+        "worker %s running on %s", runtime.pipeline.owner if runtime.pipeline else "?", settings.database_url
+    )
     await stop.wait()
     log.info("worker stopping: finishing or releasing in-flight work")
     await runtime.shutdown()
@@ -127,4 +129,3 @@ def run_worker(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # pragma: no cover
         return 130
     return 0
-

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -33,9 +34,7 @@ def _config_file() -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="GATEWAY_", env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", env_file=".env", extra="ignore", frozen=True)
 
     database_url: str = "sqlite:///var/gateway.db"
     sqlite_synchronous: str = "FULL"
@@ -56,7 +55,8 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = Field(default=86400, ge=1)
 
     worker_concurrency: int = Field(default=64, ge=1)
-    webhook_retry_schedule: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200)
+    # Comma-separated seconds in the environment (`5,30,120`), as the contract has it.
+    webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = (5, 30, 120, 600, 1800, 3600, 7200)
     webhook_retry_jitter: float = Field(default=0.2, ge=0, le=1)
     webhook_timeout_seconds: float = Field(default=15.0, gt=0)
     webhook_connect_timeout_seconds: float = Field(default=5.0, gt=0)

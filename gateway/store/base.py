@@ -203,7 +203,7 @@ class Store(Protocol):
         *,
         now: float,
         owner: str | None = None,
-        changes: JobChanges = JobChanges(),  # noqa: B008 - frozen, shared default is safe
+        changes: JobChanges = JobChanges(),
         deliveries: Sequence[NewDelivery] = (),
         claim_for: str | None = None,
         lease: float = 0.0,
@@ -215,14 +215,23 @@ class Store(Protocol):
         ...
 
     async def submit_response(
-        self, tenant_id: str, job_id: str, output_text: str, *, now: float, claim_for: str | None, lease: float
+        self,
+        tenant_id: str,
+        job_id: str,
+        output_text: str,
+        *,
+        now: float,
+        claim_for: str | None,
+        lease: float,
     ) -> CasResult: ...
 
     async def cancel_job(self, tenant_id: str, job_id: str, *, now: float) -> CasResult: ...
 
     # workers
     async def claim_jobs(self, owner: str, *, now: float, lease: float, limit: int) -> list[Job]: ...
-    async def claim_deliveries(self, owner: str, *, now: float, lease: float, limit: int) -> list[Delivery]: ...
+    async def claim_deliveries(
+        self, owner: str, *, now: float, lease: float, limit: int
+    ) -> list[Delivery]: ...
     async def renew_leases(
         self, owner: str, job_ids: Sequence[str], delivery_ids: Sequence[str], *, until: float
     ) -> None: ...
@@ -238,7 +247,7 @@ class Store(Protocol):
         state: DeliveryState,
         now: float,
         job_path: Sequence[JobStatus] | None = None,
-        job_changes: JobChanges = JobChanges(),  # noqa: B008
+        job_changes: JobChanges = JobChanges(),
     ) -> bool:
         """Log one attempt and move the delivery to `state` (pending = retry at
         attempt.next_attempt_at), only while `owner` holds it; in the same transaction apply
@@ -247,6 +256,5 @@ class Store(Protocol):
 
     # sweeper and health
     async def expire_due(self, *, now: float, limit: int) -> list[str]: ...
-    async def fail_overdue_deliveries(self, *, now: float, limit: int) -> int: ...
     async def purge_finished(self, *, before: float, limit: int) -> int: ...
     async def queue_stats(self) -> QueueStats: ...

@@ -268,7 +268,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS schema_migrations"
+                " (version INTEGER PRIMARY KEY, name TEXT NOT NULL)"
             )
             done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
             for mig in load_migrations("gateway.store", "sqlite"):
@@ -392,7 +393,9 @@ class SqliteStore:
 
         def op(c: sqlite3.Connection) -> tuple[Job, bool]:
             if job.idem_key is not None:
-                row = c.execute(Q["find_idem"], {"tenant_id": job.tenant_id, "idem_key": job.idem_key}).fetchone()
+                row = c.execute(
+                    Q["find_idem"], {"tenant_id": job.tenant_id, "idem_key": job.idem_key}
+                ).fetchone()
                 if row is not None:
                     if row[13] >= now - idempotency_ttl:
                         return row_to_job(row), False
@@ -529,7 +532,14 @@ class SqliteStore:
         )
 
     async def submit_response(
-        self, tenant_id: str, job_id: str, output_text: str, *, now: float, claim_for: str | None, lease: float
+        self,
+        tenant_id: str,
+        job_id: str,
+        output_text: str,
+        *,
+        now: float,
+        claim_for: str | None,
+        lease: float,
     ) -> CasResult:
         path = (JobStatus.AWAITING_RESPONSE, JobStatus.PROCESSING_OUTBOUND)
 

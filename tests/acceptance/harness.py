@@ -132,14 +132,14 @@ class Server:
         if not self.port:
             self.port = free_port()
         self.log_path = self.root / f"server-{self.port}.log"
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port)],
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=self.root,
-        )
+        with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port)],
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -173,10 +173,10 @@ class Server:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 10.0, interval: float = 0.05, what: str = ""
+    check: Callable[[], Awaitable[Any]], *, within: float = 10.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    """Poll `check` until it returns a truthy value; fail with the last value after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Poll `check` until it returns a truthy value; fail with the last value after `within` s."""
+    deadline = time.monotonic() + within
     last: Any = None
     while True:
         last = await check()
@@ -187,11 +187,13 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-async def wait_status(client: httpx.AsyncClient, job_id: str, statuses: set[str], timeout: float = 10.0) -> dict[str, Any]:
+async def wait_status(
+    client: httpx.AsyncClient, job_id: str, statuses: set[str], within: float = 10.0
+) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         r = await client.get(f"/v1/jobs/{job_id}")
         job: dict[str, Any] = r.json()
         return job if job.get("status") in statuses else None
 
-    result: dict[str, Any] = await eventually(check, timeout=timeout, what=f"{job_id} in {statuses}")
+    result: dict[str, Any] = await eventually(check, within=within, what=f"{job_id} in {statuses}")
     return result

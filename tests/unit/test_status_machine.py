@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,14 +30,14 @@ def test_contract_paths_are_legal() -> None:
 
 
 def test_terminal_statuses_are_exactly_the_contracts() -> None:
-    assert TERMINAL == {
+    assert {
         S.INBOUND_BLOCKED,
         S.OUTBOUND_BLOCKED,
         S.COMPLETED,
         S.FAILED,
         S.EXPIRED,
         S.CANCELLED,
-    }
+    } == TERMINAL
 
 
 def test_every_non_terminal_status_can_expire_and_be_cancelled() -> None:
@@ -65,7 +67,7 @@ def test_random_event_sequences_follow_the_table(events: list[JobStatus]) -> Non
         if can_transition(status, wanted):
             status = wanted
             history.append(status)
-    for old, new in zip(history, history[1:], strict=False):
+    for old, new in itertools.pairwise(history):
         assert new in TRANSITIONS[old]
     terminal_at = next((i for i, s in enumerate(history) if s in TERMINAL), None)
     if terminal_at is not None:

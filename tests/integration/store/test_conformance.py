@@ -85,7 +85,9 @@ async def test_concurrent_idempotent_creates_make_one_job(store: Store) -> None:
     now = time.time()
     results = await asyncio.gather(
         *(
-            store.create_job(new_job(now=now, idem=("same", "h")), claim_for=None, lease=LEASE, idempotency_ttl=60)
+            store.create_job(
+                new_job(now=now, idem=("same", "h")), claim_for=None, lease=LEASE, idempotency_ttl=60
+            )
             for _ in range(20)
         )
     )
@@ -113,7 +115,9 @@ async def test_lease_expiry_makes_job_claimable_again(store: Store) -> None:
     [again] = await store.claim_jobs("w2", now=now + LEASE + 1, lease=LEASE, limit=10)
     assert again.id == job_id and again.lease_owner == "w2"
     # the dead worker's late write is refused: it no longer owns the job
-    assert not await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, owner="dead-worker")
+    assert not await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, owner="dead-worker"
+    )
     assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, owner="w2")
 
 
@@ -178,7 +182,9 @@ async def test_cancel_stops_pending_deliveries(store: Store) -> None:
     now = time.time()
     job_id = await create(store)
     hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
-    assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook])
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
+    )
     result = await store.cancel_job("t1", job_id, now=now)
     assert result.ok and result.job is not None and result.job.status is S.CANCELLED
     assert result.job.error_code == "cancelled"
