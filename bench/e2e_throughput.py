@@ -1,0 +1,183 @@
+"""End-to-end delivery throughput: gateway vs a bare relay ceiling, in one run.
+
+Both targets get the same load (the same job bodies, posted by the same client at the same
+concurrency) and deliver to the same receiver process. We measure jobs/s from the first create to
+the last webhook received, and the create latency percentiles under that load.
+
+    .venv/bin/python bench/e2e_throughput.py [--jobs 4000] [--concurrency 64]
+
+Loopback only; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import free_port, start_receiver, start_relay
+
+REPO = Path(__file__).resolve().parents[1]
+API_KEY = "gwk_bench_key_0123456789abcdef0123456789"
+PROMPT = (
+    "Hi, I'm planning a trip to Lisbon next month. Could you suggest a 3-day itinerary? "
+    "You can send the details to jane.doe@example.com or call me at +1 415 555 0132."
+)
+ANSWER = (
+    "Day 1: Alfama and the castle. Day 2: Belém, the tower and the monastery. Day 3: Sintra. "
+    "I've noted your email; I can't send mail myself, but here's the plan."
+)
+
+
+def start_gateway(root: Path, port: int, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        {
+            "GATEWAY_DATABASE_URL": f"sqlite:///{root}/bench.db",
+            "GATEWAY_VAR_DIR": str(root),
+            "GATEWAY_POLICY_DIR": str(REPO / "config" / "policies"),
+            "GATEWAY_BOOTSTRAP_API_KEY": API_KEY,
+            "GATEWAY_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+            "GATEWAY_CONFIG_FILE": str(root / "none.toml"),
+        }
+    )
+    env.update(extra_env)
+    log = (root / "gateway.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+    )
+    log.close()
+    return proc
+
+
+async def wait_ready(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline:
+            try:
+                async with s.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} not ready")
+
+
+async def run_load(target: str, receiver: str, jobs: int, concurrency: int, timeout: float) -> dict[str, Any]:
+    hook = f"{receiver}/hook"
+    body = {"message_input": PROMPT, "message_output": ANSWER, "webhook_url": hook, "metadata": {"k": "v"}}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    latencies: list[float] = []
+    errors = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
+        async with s.post(f"{receiver}/reset") as r:
+            await r.read()
+        queue = iter(range(jobs))
+
+        async def client() -> None:
+            nonlocal errors
+            for _ in queue:
+                t0 = time.perf_counter()
+                async with s.post(f"{target}/v1/jobs", json=body, headers=headers) as r:
+                    await r.read()
+                    if r.status != 202:
+                        errors += 1
+                latencies.append(time.perf_counter() - t0)
+
+        started = time.time()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        created = time.time()
+        deadline = time.monotonic() + timeout
+        count = 0
+        last = None
+        while time.monotonic() < deadline:
+            async with s.get(f"{receiver}/stats") as r:
+                stats = await r.json()
+            count, last = stats["count"], stats["last"]
+            if count >= jobs - errors:
+                break
+            await asyncio.sleep(0.05)
+    elapsed = (last or time.time()) - started
+    latencies.sort()
+    return {
+        "jobs": jobs,
+        "errors": errors,
+        "delivered": count,
+        "seconds": elapsed,
+        "jobs_per_s": count / elapsed if elapsed > 0 else 0.0,
+        "create_per_s": jobs / (created - started),
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=4000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--sqlite-synchronous", default="FULL")
+    args = ap.parse_args()
+
+    receiver_proc, rport = start_receiver()
+    receiver = f"http://127.0.0.1:{rport}"
+    relay_proc, relay_port = start_relay(f"{receiver}/hook")
+    relay = f"http://127.0.0.1:{relay_port}"
+    root = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    gport = free_port()
+    gateway = start_gateway(root, gport, {"GATEWAY_SQLITE_SYNCHRONOUS": args.sqlite_synchronous})
+    gw = f"http://127.0.0.1:{gport}"
+    try:
+        await wait_ready(f"{gw}/readyz")
+        # warm both up (imports, connection pools, SQLite pages), then measure
+        await run_load(relay, receiver, args.warmup, args.concurrency, args.timeout)
+        await run_load(gw, receiver, args.warmup, args.concurrency, args.timeout)
+        ceiling = await run_load(relay, receiver, args.jobs, args.concurrency, args.timeout)
+        ours = await run_load(gw, receiver, args.jobs, args.concurrency, args.timeout)
+    finally:
+        gateway.terminate()
+        gateway.wait(20)
+        relay_proc.stop()
+        receiver_proc.stop()
+
+    def row(name: str, r: dict[str, Any]) -> str:
+        return (
+            f"{name:<22} {r['jobs_per_s']:>9.0f} {r['create_per_s']:>10.0f} {r['p50_ms']:>8.1f} "
+            f"{r['p99_ms']:>8.1f} {r['delivered']:>6}/{r['jobs']:<6} {r['errors']:>5}"
+        )
+
+    print(
+        f"end-to-end: {args.jobs} combined-mode jobs, concurrency {args.concurrency}, SQLite synchronous="
+        f"{args.sqlite_synchronous}"
+    )
+    print(
+        f"{'target':<22} {'jobs/s':>9} {'creates/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'delivered':>13} {'errs':>5}"
+    )
+    print(row("relay ceiling", ceiling))
+    print(row("gateway", ours))
+    ratio = ours["jobs_per_s"] / ceiling["jobs_per_s"] if ceiling["jobs_per_s"] else 0.0
+    print(
+        f"ratio gateway/ceiling: {ratio:.2f} (goal >= 0.5); gateway create p99 {ours['p99_ms']:.1f} ms (goal < 25)"
+    )
+    ok = ratio >= 0.5 and ours["p99_ms"] < 25 and ours["delivered"] == args.jobs
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
