@@ -49,6 +49,8 @@ def start_gateway(root: Path, port: int, extra_env: dict[str, str]) -> subproces
             "GATEWAY_BOOTSTRAP_API_KEY": API_KEY,
             "GATEWAY_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
             "GATEWAY_CONFIG_FILE": str(root / "none.toml"),
+            # run the code beside this script, whatever the virtualenv's editable install points at
+            "PYTHONPATH": str(REPO),
         }
     )
     env.update(extra_env)
@@ -64,8 +66,8 @@ def start_gateway(root: Path, port: int, extra_env: dict[str, str]) -> subproces
     return proc
 
 
-async def wait_ready(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_ready(url: str, within: float = 30) -> None:
+    deadline = time.monotonic() + within
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
             try:
@@ -78,7 +80,7 @@ async def wait_ready(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-async def run_load(target: str, receiver: str, jobs: int, concurrency: int, timeout: float) -> dict[str, Any]:
+async def run_load(target: str, receiver: str, jobs: int, concurrency: int, within: float) -> dict[str, Any]:
     hook = f"{receiver}/hook"
     body = {"message_input": PROMPT, "message_output": ANSWER, "webhook_url": hook, "metadata": {"k": "v"}}
     headers = {"Authorization": f"Bearer {API_KEY}"}
@@ -102,7 +104,7 @@ async def run_load(target: str, receiver: str, jobs: int, concurrency: int, time
         started = time.time()
         await asyncio.gather(*(client() for _ in range(concurrency)))
         created = time.time()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         count = 0
         last = None
         while time.monotonic() < deadline:
