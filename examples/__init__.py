@@ -1,0 +1,1 @@
+"""Runnable examples: a Starlette webhook receiver and an LLM backend using GatewayClient."""
