@@ -6,6 +6,7 @@ ULID), so listing newest-first is an index scan on the id alone and the cursor i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -32,6 +33,13 @@ def job_id(now: float | None = None) -> str:
 
 def webhook_id(now: float | None = None) -> str:
     return "msg_" + ulid(now)
+
+
+def webhook_id_for(job: str, event: str) -> str:
+    """The one webhook-id of a (job, event): derived, not random, so a job re-run after its worker
+    died re-sends under the same id and the receiver's dedupe holds even across crashes."""
+    digest = hashlib.sha256(f"{job}\x00{event}".encode()).digest()
+    return "msg_" + _b32(int.from_bytes(digest[:17], "big") >> 6, 26)
 
 
 def worker_id() -> str:

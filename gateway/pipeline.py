@@ -17,13 +17,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway import ids
 from gateway.delivery.retry import next_delay
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
 from gateway.delivery.signing import webhook_headers
-from gateway.jobs import DeliveryState, JobStatus, Mode, WebhookEvent
+from gateway.jobs import TERMINAL, DeliveryState, JobStatus, Mode, WebhookEvent
 from gateway.store.base import Attempt, Delivery, Job, JobChanges, NewDelivery, StoreError
 from gateway.webhooks import event_body
 from rules import CompiledPolicy
@@ -48,6 +49,26 @@ def _fail_closed(rule: str, message: str) -> dict[str, Any]:
         ],
         "error": message,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class _FirstAttempt:
+    """A filtered job whose webhook goes out before anything is written (see _process_job)."""
+
+    id: str  # the derived webhook-id
+    job: Job
+    path: tuple[JobStatus, ...]
+    changes: JobChanges
+    event: WebhookEvent
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    state: DeliveryState
+    next_at: float | None
+    job_tail: tuple[JobStatus, ...]  # statuses the job moves on to after `delivering`
+    job_changes: JobChanges
 
 
 class _Lane:
@@ -81,6 +102,8 @@ class Pipeline:
         self._deliveries = _Lane("deliveries", self.settings.webhook_max_concurrency)
         self._loops: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
+        # jobs leased to us whose first webhook attempt is in flight (their lease is renewed too)
+        self._held_jobs: set[str] = set()
         self._rng = random.Random()
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -91,7 +114,8 @@ class Pipeline:
         self._loops = [
             asyncio.create_task(self._run_lane(self._jobs, self._claim_jobs, self._process_job), name="jobs"),
             asyncio.create_task(
-                self._run_lane(self._deliveries, self._claim_deliveries, self._deliver), name="deliveries"
+                self._run_lane(self._deliveries, self._claim_deliveries, self._work_delivery),
+                name="deliveries",
             ),
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
         ]
@@ -106,8 +130,9 @@ class Pipeline:
         pending = [t for lane in (self._jobs, self._deliveries) for t in lane.inflight.values()]
         if pending:
             await asyncio.wait(pending, timeout=grace)
-        leftover_jobs = list(self._jobs.inflight) + [j.id for j in self._jobs.local]
-        leftover_deliveries = list(self._deliveries.inflight) + [d.id for d in self._deliveries.local]
+        leftover_jobs = [*self._jobs.inflight, *(j.id for j in self._jobs.local), *self._held_jobs]
+        # a first attempt's webhook id has no row yet: releasing it is a harmless no-op
+        leftover_deliveries = [*self._deliveries.inflight, *(d.id for d in self._deliveries.local)]
         for lane in (self._jobs, self._deliveries):
             for task in lane.inflight.values():
                 task.cancel()
@@ -191,8 +216,8 @@ class Pipeline:
         lease = self.settings.lease_seconds
         while self.accepting:
             await asyncio.sleep(lease / 3)
-            job_ids = list(self._jobs.inflight) + [j.id for j in self._jobs.local]
-            delivery_ids = list(self._deliveries.inflight) + [d.id for d in self._deliveries.local]
+            job_ids = [*self._jobs.inflight, *(j.id for j in self._jobs.local), *self._held_jobs]
+            delivery_ids = [*self._deliveries.inflight, *(d.id for d in self._deliveries.local)]
             with contextlib.suppress(StoreError):
                 await self.rt.store.renew_leases(
                     self.owner, job_ids, delivery_ids, until=self.rt.clock.now() + lease
@@ -258,48 +283,34 @@ class Pipeline:
                     path.append(S.COMPLETED)
 
         now = rt.clock.now()
-        deliveries: list[NewDelivery] = []
-        if job.webhook_url is not None and event is not None:
+        if job.webhook_url is not None and event is not None and self.accepting:
+            # Hot path: send first, then store the filter result, the delivery and its first
+            # attempt in ONE write. The job keeps its lease until then; if this process dies, the
+            # job is filtered again and sent again under the same derived webhook-id.
             body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
-            deliveries.append(
-                NewDelivery(ids.webhook_id(now), event.value, job.webhook_url, body, deadline=job.expires_at)
-            )
-        lease = self.settings.lease_seconds
-        ok = await rt.store.transition(
-            job.id,
-            path,
-            now=now,
-            owner=self.owner,
-            changes=JobChanges(**changes),
-            deliveries=deliveries,
-            claim_for=self.owner if deliveries and self.accepting else None,
-            lease=lease,
-        )
-        if not ok:
-            return  # cancelled, expired, or taken over after our lease ran out: someone else decides
-        if path[-1] in (S.INBOUND_BLOCKED, S.OUTBOUND_BLOCKED, S.COMPLETED):
-            rt.metrics.jobs_finished.labels(path[-1].value).inc()
-        for new in deliveries:
-            if not self.accepting:
-                break
+            self._held_jobs.add(job.id)
             self._deliveries.local.append(
-                Delivery(
-                    id=new.id,
-                    job_id=job.id,
-                    tenant_id=job.tenant_id,
-                    event=new.event,
-                    url=new.url,
-                    body=new.body,
-                    state=DeliveryState.PENDING,
-                    attempts=0,
-                    deadline=new.deadline,
-                    created_at=now,
-                    secret_enc=job.secret_enc,
-                    signing_key_enc=job.signing_key_enc,
-                    job_status=path[-1],
+                _FirstAttempt(
+                    id=ids.webhook_id_for(job.id, event.value),
+                    job=job,
+                    path=tuple(path),
+                    changes=JobChanges(**changes),
+                    event=event,
+                    body=body,
                 )
             )
             self._deliveries.poke()
+            return
+        deliveries: list[NewDelivery] = []
+        if job.webhook_url is not None and event is not None:  # shutting down: store it unsent
+            body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
+            wid = ids.webhook_id_for(job.id, event.value)
+            deliveries.append(NewDelivery(wid, event.value, job.webhook_url, body, deadline=job.expires_at))
+        ok = await rt.store.transition(
+            job.id, path, now=now, owner=self.owner, changes=JobChanges(**changes), deliveries=deliveries
+        )
+        if ok and path[-1] in TERMINAL:
+            rt.metrics.jobs_finished.labels(path[-1].value).inc()
 
     # ---- delivery -------------------------------------------------------------------------
 
@@ -308,22 +319,24 @@ class Pipeline:
             self.owner, now=self.rt.clock.now(), lease=self.settings.lease_seconds, limit=limit
         )
 
-    def _headers(self, d: Delivery, timestamp: int) -> dict[str, str]:
-        aad = d.job_id.encode()
-        if d.secret_enc is None:
+    def _headers(
+        self, job_id: str, msg_id: str, secret_enc: bytes | None, key_enc: bytes | None, body: bytes
+    ) -> dict[str, str]:
+        aad = job_id.encode()
+        if secret_enc is None:
             raise ValueError("job has no webhook secret")
-        secret = self.rt.box.decrypt(d.secret_enc, aad).decode()
-        signing_key = self.rt.box.decrypt(d.signing_key_enc, aad).decode() if d.signing_key_enc else None
-        return webhook_headers(d.id, timestamp, d.body, secret, signing_key)
+        secret = self.rt.box.decrypt(secret_enc, aad).decode()
+        signing_key = self.rt.box.decrypt(key_enc, aad).decode() if key_enc else None
+        return webhook_headers(msg_id, int(self.rt.clock.now()), body, secret, signing_key)
 
-    async def _deliver(self, d: Delivery) -> None:
-        rt = self.rt
-        started = rt.clock.now()
+    async def _send(
+        self, job_id: str, msg_id: str, url: str, body: bytes, secret_enc: bytes | None, key_enc: bytes | None
+    ) -> AttemptResult:
         try:
-            headers = self._headers(d, int(started))
+            headers = self._headers(job_id, msg_id, secret_enc, key_enc, body)
         except Exception:
-            log.exception("cannot sign delivery %s", d.id)
-            result = AttemptResult(
+            log.exception("cannot sign webhook %s", msg_id)
+            return AttemptResult(
                 status_code=None,
                 error="signing_failed",
                 duration_ms=0.0,
@@ -331,54 +344,111 @@ class Pipeline:
                 response_excerpt="",
                 outcome="refused",
             )
-        else:
-            result = await self.transport.post(d.url, headers, d.body)
-        rt.metrics.webhook_attempts.labels(result.outcome).inc()
-        rt.metrics.webhook_seconds.observe(result.duration_ms / 1000)
-        attempt_no = d.attempts + 1
-        finished = rt.clock.now()
-        is_final_event = d.event == WebhookEvent.COMPLETED.value
-        job_path: list[JobStatus] | None = None
-        job_changes = JobChanges()
-        next_at: float | None = None
+        result = await self.transport.post(url, headers, body)
+        self.rt.metrics.webhook_attempts.labels(result.outcome).inc()
+        self.rt.metrics.webhook_seconds.observe(result.duration_ms / 1000)
+        return result
 
+    def _decide(
+        self, result: AttemptResult, attempt_no: int, deadline: float, final_event: bool
+    ) -> _Decision:
+        """What an attempt's result means: the delivery's next state, when to retry, and (for the
+        final `job.completed` webhook) where the job goes."""
+        now = self.rt.clock.now()
         if result.outcome == "success":
-            state = DeliveryState.SUCCEEDED
-            if is_final_event:
-                job_path = [S.DELIVERING, S.COMPLETED]
-        elif result.outcome in ("gone", "refused"):
-            state = DeliveryState.FAILED
-            code = "webhook_gone" if result.outcome == "gone" else "webhook_url_forbidden"
-            message = (
-                "the receiver answered 410 Gone: delivery stopped"
-                if result.outcome == "gone"
-                else f"the webhook URL was refused ({result.error})"
+            return _Decision(
+                DeliveryState.SUCCEEDED, None, (S.COMPLETED,) if final_event else (), JobChanges()
             )
-            if is_final_event:
-                job_path = [S.DELIVERING, S.FAILED]
-                job_changes = JobChanges(error_code=code, error_message=message)
+        if result.outcome in ("gone", "refused"):
+            gone = result.outcome == "gone"
+            changes = JobChanges(
+                error_code="webhook_gone" if gone else "webhook_url_forbidden",
+                error_message="the receiver answered 410 Gone: delivery stopped"
+                if gone
+                else f"the webhook URL was refused ({result.error})",
+            )
+            return _Decision(DeliveryState.FAILED, None, (S.FAILED,) if final_event else (), changes)
+        delay = next_delay(
+            attempt_no, self.settings.webhook_retry_schedule, self.settings.webhook_retry_jitter, self._rng
+        )
+        if delay is not None and result.retry_after is not None:
+            delay = min(max(result.retry_after, 0.0), self.settings.webhook_max_retry_after_seconds)
+        if delay is not None and now + delay < deadline:
+            return _Decision(DeliveryState.PENDING, now + delay, (), JobChanges())
+        why = "every retry was used" if delay is None else "the next retry would pass expires_at"
+        changes = JobChanges(
+            error_code="webhook_failed",
+            error_message=f"delivery failed after {attempt_no} attempts ({why});"
+            f" last error: {result.error or result.status_code}",
+        )
+        return _Decision(DeliveryState.FAILED, None, (S.FAILED,) if final_event else (), changes)
+
+    async def _work_delivery(self, item: Delivery | _FirstAttempt) -> None:
+        if isinstance(item, _FirstAttempt):
+            try:
+                await self._first_attempt(item)
+            finally:
+                self._held_jobs.discard(item.job.id)
         else:
-            delay = next_delay(
-                attempt_no,
-                self.settings.webhook_retry_schedule,
-                self.settings.webhook_retry_jitter,
-                self._rng,
+            await self._deliver(item)
+
+    async def _first_attempt(self, item: _FirstAttempt) -> None:
+        rt = self.rt
+        job = item.job
+        assert job.webhook_url is not None
+        started = rt.clock.now()
+        result = await self._send(
+            job.id, item.id, job.webhook_url, item.body, job.secret_enc, job.signing_key_enc
+        )
+        final_event = item.event is WebhookEvent.COMPLETED
+        decision = self._decide(result, 1, job.expires_at, final_event)
+        attempt = Attempt(
+            delivery_id=item.id,
+            job_id=job.id,
+            event=item.event.value,
+            attempt=1,
+            started_at=started,
+            duration_ms=result.duration_ms,
+            status_code=result.status_code,
+            error=result.error,
+            response_excerpt=result.response_excerpt,
+            next_attempt_at=decision.next_at,
+        )
+        delivery = NewDelivery(
+            id=item.id,
+            event=item.event.value,
+            url=job.webhook_url,
+            body=item.body,
+            deadline=job.expires_at,
+            state=decision.state,
+            next_attempt_at=decision.next_at,
+            first_attempt=attempt,
+        )
+        path = [*item.path, *decision.job_tail]
+        changes = item.changes
+        if decision.job_changes.error_code is not None:
+            changes = replace(
+                changes,
+                error_code=decision.job_changes.error_code,
+                error_message=decision.job_changes.error_message,
             )
-            if delay is not None and result.retry_after is not None:
-                delay = min(max(result.retry_after, 0.0), self.settings.webhook_max_retry_after_seconds)
-            if delay is not None and finished + delay < d.deadline:
-                state = DeliveryState.PENDING
-                next_at = finished + delay
-            else:
-                state = DeliveryState.FAILED
-                if is_final_event:
-                    job_path = [S.DELIVERING, S.FAILED]
-                    why = "every retry was used" if delay is None else "the next retry would pass expires_at"
-                    job_changes = JobChanges(
-                        error_code="webhook_failed",
-                        error_message=f"delivery failed after {attempt_no} attempts ({why});"
-                        f" last error: {result.error or result.status_code}",
-                    )
+        ok = await rt.store.transition(
+            job.id, path, now=rt.clock.now(), owner=self.owner, changes=changes, deliveries=[delivery]
+        )
+        if not ok:
+            return  # cancelled, expired or taken over meanwhile; a re-run re-sends under the same id
+        if path[-1] in TERMINAL:
+            rt.metrics.jobs_finished.labels(path[-1].value).inc()
+        if decision.next_at is not None and self.accepting:
+            self._wake_deliveries_at(decision.next_at)
+
+    async def _deliver(self, d: Delivery) -> None:
+        rt = self.rt
+        started = rt.clock.now()
+        result = await self._send(d.job_id, d.id, d.url, d.body, d.secret_enc, d.signing_key_enc)
+        attempt_no = d.attempts + 1
+        final_event = d.event == WebhookEvent.COMPLETED.value
+        decision = self._decide(result, attempt_no, d.deadline, final_event)
         attempt = Attempt(
             delivery_id=d.id,
             job_id=d.job_id,
@@ -389,15 +459,21 @@ class Pipeline:
             status_code=result.status_code,
             error=result.error,
             response_excerpt=result.response_excerpt,
-            next_attempt_at=next_at,
+            next_attempt_at=decision.next_at,
         )
+        job_path = [S.DELIVERING, *decision.job_tail] if decision.job_tail else None
         ok = await rt.store.record_attempt(
-            attempt, owner=self.owner, state=state, now=finished, job_path=job_path, job_changes=job_changes
+            attempt,
+            owner=self.owner,
+            state=decision.state,
+            now=rt.clock.now(),
+            job_path=job_path,
+            job_changes=decision.job_changes,
         )
         if ok and job_path is not None:
             rt.metrics.jobs_finished.labels(job_path[-1].value).inc()
-        if ok and next_at is not None and self.accepting:
-            self._wake_deliveries_at(next_at)
+        if ok and decision.next_at is not None and self.accepting:
+            self._wake_deliveries_at(decision.next_at)
 
     def _wake_deliveries_at(self, when: float) -> None:
         """A retry due before the next poll: hint a claim right when it falls due."""

@@ -79,14 +79,35 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    delivery_id: str
+    job_id: str
+    event: str
+    attempt: int
+    started_at: float
+    duration_ms: float
+    status_code: int | None
+    error: str | None
+    response_excerpt: str | None
+    next_attempt_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class NewDelivery:
-    """One webhook message: the same id and body on every retry (receivers dedupe on the id)."""
+    """One webhook message: the same id and body on every retry (receivers dedupe on the id).
+
+    With `first_attempt`, the message was already sent once before it was stored (the hot path:
+    filter, send, then ONE write); `state` and `next_attempt_at` say what that attempt decided.
+    """
 
     id: str
     event: str
     url: str
     body: bytes
     deadline: float
+    state: DeliveryState = DeliveryState.PENDING
+    next_attempt_at: float | None = None
+    first_attempt: Attempt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,20 +125,6 @@ class Delivery:
     secret_enc: bytes | None
     signing_key_enc: bytes | None
     job_status: JobStatus
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    delivery_id: str
-    job_id: str
-    event: str
-    attempt: int
-    started_at: float
-    duration_ms: float
-    status_code: int | None
-    error: str | None
-    response_excerpt: str | None
-    next_attempt_at: float | None
 
 
 @dataclass(frozen=True, slots=True)

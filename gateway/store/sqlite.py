@@ -127,6 +127,55 @@ def _row_to_attempt(r: Row) -> Attempt:
     )
 
 
+def _delivery_args(
+    d: NewDelivery, job_id: str, now: float, claim_for: str | None, lease: float
+) -> dict[str, Any]:
+    """Columns of a new delivery: unsent (due now, or leased to `claim_for`), or already attempted
+    once (`first_attempt`), then pending at `next_attempt_at` or finished."""
+    first = d.first_attempt
+    pending = d.state is DeliveryState.PENDING
+    if first is None:
+        due: float | None = now + lease if claim_for else now
+        owner = claim_for
+        next_at: float | None = now
+    else:
+        due = d.next_attempt_at if pending else None
+        owner = None
+        next_at = d.next_attempt_at if pending else None
+    return {
+        "id": d.id,
+        "job_id": job_id,
+        "event": d.event,
+        "url": d.url,
+        "body": d.body,
+        "state": d.state.value,
+        "attempts": 0 if first is None else 1,
+        "now": now,
+        "deadline": d.deadline,
+        "due_at": due,
+        "lease_owner": owner,
+        "next_attempt_at": next_at,
+        "last_attempt_at": None if first is None else first.started_at,
+        "last_status_code": None if first is None else first.status_code,
+        "last_error": None if first is None else first.error,
+    }
+
+
+def _attempt_args(a: Attempt, number: int) -> dict[str, Any]:
+    return {
+        "delivery_id": a.delivery_id,
+        "job_id": a.job_id,
+        "event": a.event,
+        "attempt": number,
+        "started_at": a.started_at,
+        "duration_ms": a.duration_ms,
+        "status_code": a.status_code,
+        "error": a.error,
+        "response_excerpt": a.response_excerpt,
+        "next_attempt_at": a.next_attempt_at,
+    }
+
+
 def _summaries(conn: sqlite3.Connection, job_ids: Sequence[str]) -> dict[str, DeliverySummary]:
     """Fold each job's deliveries into the contract's `delivery` object."""
     if not job_ids:
@@ -535,20 +584,9 @@ class SqliteStore:
         if target in _STOPS_DELIVERY:
             c.execute(Q["cancel_pending_deliveries"], {"job_id": job_id})
         for d in deliveries:
-            c.execute(
-                Q["insert_delivery"],
-                {
-                    "id": d.id,
-                    "job_id": job_id,
-                    "event": d.event,
-                    "url": d.url,
-                    "body": d.body,
-                    "now": now,
-                    "deadline": d.deadline,
-                    "due_at": now + lease if claim_for else now,
-                    "lease_owner": claim_for,
-                },
-            )
+            c.execute(Q["insert_delivery"], _delivery_args(d, job_id, now, claim_for, lease))
+            if d.first_attempt is not None:
+                c.execute(Q["insert_attempt"], _attempt_args(d.first_attempt, 1))
         return True
 
     async def transition(
@@ -724,21 +762,7 @@ class SqliteStore:
             ).fetchone()
             if row is None:
                 return False  # the lease went to another worker; it will send again, same webhook-id
-            c.execute(
-                Q["insert_attempt"],
-                {
-                    "delivery_id": attempt.delivery_id,
-                    "job_id": attempt.job_id,
-                    "event": attempt.event,
-                    "attempt": row[0],
-                    "started_at": attempt.started_at,
-                    "duration_ms": attempt.duration_ms,
-                    "status_code": attempt.status_code,
-                    "error": attempt.error,
-                    "response_excerpt": attempt.response_excerpt,
-                    "next_attempt_at": attempt.next_attempt_at,
-                },
-            )
+            c.execute(Q["insert_attempt"], _attempt_args(attempt, row[0]))
             if job_path is not None:
                 self._transition_op(
                     c,

@@ -325,3 +325,47 @@ async def test_receiver_text_with_nul_is_recorded(store: Store) -> None:
     [logged] = await store.list_attempts("t1", job_id)
     assert logged.status_code == 500 and logged.response_excerpt is not None
     assert logged.response_excerpt.startswith("body") and logged.response_excerpt.endswith("here")
+
+
+async def test_delivery_stored_with_its_first_attempt(store: Store) -> None:
+    """The hot path sends first and stores the filter result, the delivery and its first attempt
+    in one write: a failed first attempt leaves a pending, retrying delivery due at its retry."""
+    now = time.time()
+    job_id = await create(store, new_job(now=now, mode=Mode.COMBINED))
+    wid = ids.webhook_id_for(job_id, "job.completed")
+    first = Attempt(wid, job_id, "job.completed", 1, now, 8.0, 503, "http_503", "busy", now + 5)
+    hook = NewDelivery(
+        wid, "job.completed", "http://r.test/", b"{}", now + 3600,
+        state=DeliveryState.PENDING, next_attempt_at=now + 5, first_attempt=first,
+    )  # fmt: skip
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING], now=now, deliveries=[hook]
+    )
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.DELIVERING and job.delivery is not None
+    assert job.delivery.attempts == 1 and job.delivery.last_status_code == 503
+    assert job.delivery.next_attempt_at == now + 5
+    assert (await store.queue_stats()).retrying == 1
+    [logged] = await store.list_attempts("t1", job_id)
+    assert (logged.attempt, logged.status_code, logged.delivery_id) == (1, 503, wid)
+    assert await store.claim_deliveries("w", now=now + 1, lease=LEASE, limit=10) == []
+    [due] = await store.claim_deliveries("w", now=now + 6, lease=LEASE, limit=10)
+    assert due.id == wid and due.attempts == 1
+
+    # a first attempt that succeeded completes the job in the same write
+    done_id = await create(store, new_job(now=now, mode=Mode.COMBINED))
+    ok_wid = ids.webhook_id_for(done_id, "job.completed")
+    ok_attempt = Attempt(ok_wid, done_id, "job.completed", 1, now, 2.0, 200, None, "", None)
+    ok_hook = NewDelivery(
+        ok_wid, "job.completed", "http://r.test/", b"{}", now + 3600,
+        state=DeliveryState.SUCCEEDED, first_attempt=ok_attempt,
+    )  # fmt: skip
+    path = [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING, S.COMPLETED]
+    assert await store.transition(done_id, path, now=now, deliveries=[ok_hook])
+    done = await store.get_job("t1", done_id)
+    assert done is not None and done.status is S.COMPLETED and done.delivery is not None
+    assert done.delivery.attempts == 1 and done.delivery.next_attempt_at is None
+    assert (await store.queue_stats()).retrying == 1  # only the first job's delivery
+    # a succeeded delivery is never claimable; the pending one is again once w's lease ran out
+    later = await store.claim_deliveries("w2", now=now + 100, lease=LEASE, limit=10)
+    assert [d.id for d in later] == [wid]
