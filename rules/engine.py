@@ -56,7 +56,7 @@ def _shared(key: str, factory: Any) -> Any:
 class RuleSet:
     """One direction's compiled rules."""
 
-    __slots__ = ("_actions", "_detectors", "_info", "_order", "spec", "threshold")
+    __slots__ = ("_actions", "_detectors", "_info", "_meta", "_order", "spec", "threshold")
 
     def __init__(self, spec: RuleSetSpec) -> None:
         self.spec = spec
@@ -71,7 +71,20 @@ class RuleSet:
             elif pack == "secrets":
                 detectors.append(_shared("secrets", SecretsDetector))
             elif pack == "prompt_injection":
-                detectors.append(_shared("prompt_injection", InjectionDetector))
+                spans_matter = any(spec.action_for(r) in (REDACT, STRIP) for r in injection.RULES)
+                off = frozenset(r.id for r in injection.RULES if spec.action_for(r) == OFF)
+                if spans_matter:
+                    detectors.append(_shared("prompt_injection", InjectionDetector))
+                else:  # only the verdict matters: stop collecting evidence once it is settled
+                    stop = spec.threshold
+                    detectors.append(
+                        _shared(
+                            f"prompt_injection@{stop}/{sorted(off)}",
+                            lambda stop=stop, off=off: InjectionDetector(
+                                exhaustive=False, stop_at=stop, disabled=off
+                            ),
+                        )
+                    )
             elif pack == "unicode":
                 detectors.append(_shared("unicode", UnicodeDetector))
         if spec.custom:
@@ -86,6 +99,20 @@ class RuleSet:
         self._info = info
         self._actions = actions
         self._order = {rule_id: i for i, rule_id in enumerate(info)}
+        # per rule, what building a verdict needs, looked up once per finding:
+        # (kind, category, action, type, placeholder, severity, order); kind 0 entity, 1 injection, 2 other
+        self._meta: dict[str, tuple[int, str, str, str, str, int, int]] = {
+            r.id: (
+                0 if r.category in _ENTITY_CATEGORIES else 1 if r.category == injection.CATEGORY else 2,
+                r.category,
+                actions[r.id],
+                r.type,
+                r.placeholder,
+                SEVERITY[actions[r.id]],
+                self._order[r.id],
+            )
+            for r in info.values()
+        }
         self.threshold = spec.threshold
 
     @property
@@ -96,19 +123,29 @@ class RuleSet:
         return self._actions[rule_id]
 
     def scan_many(self, texts: Sequence[str]) -> list[Verdict]:
-        if not texts:
-            return []
-        if not self._detectors:
+        found = self.scan_sparse(texts)
+        if not found:
             return [Verdict(ALLOWED, t, ()) for t in texts]
+        get = found.get
+        return [get(i) or Verdict(ALLOWED, t, ()) for i, t in enumerate(texts)]
+
+    def scan_sparse(self, texts: Sequence[str]) -> dict[int, Verdict]:
+        """The verdicts of the texts where some rule matched, by index; every other text is
+        allowed unchanged. For callers that stream many texts and only need to handle those."""
+        if not texts or not self._detectors:
+            return {}
         doc = Doc(texts)
         findings: list[Finding] = []
         for detector in self._detectors:
             findings.extend(detector.find(doc))
-        by_segment = self._split(doc, findings, texts)
-        return [
-            self._verdict(texts[i], by_segment[i]) if i in by_segment else Verdict(ALLOWED, texts[i], ())
-            for i in range(len(texts))
-        ]
+        if not findings:
+            return {}
+        verdicts: dict[int, Verdict] = {}
+        for i, local in self._split(doc, findings, texts).items():
+            verdict = self._verdict(texts[i], local)
+            if verdict.matches:
+                verdicts[i] = verdict
+        return verdicts
 
     def _split(self, doc: Doc, findings: list[Finding], texts: Sequence[str]) -> dict[int, list[Finding]]:
         """Group findings by text, in local offsets; rescan alone any text a match crossed."""
@@ -136,54 +173,51 @@ class RuleSet:
         return grouped
 
     def _verdict(self, text: str, findings: list[Finding]) -> Verdict:
-        actions = self._actions
-        info = self._info
-        live = [f for f in findings if actions[f[2]] != OFF]
-        injected = [f for f in live if info[f[2]].category == injection.CATEGORY]
-        if injected and _combined(injected) < self.threshold:
-            live = [f for f in live if info[f[2]].category != injection.CATEGORY]
-        entities = [f for f in live if info[f[2]].category in _ENTITY_CATEGORIES]
-        others = [f for f in live if info[f[2]].category not in _ENTITY_CATEGORIES]
-        kept = self._resolve(entities) + _dedupe(others)
+        meta = self._meta
+        entities: list[Finding] = []
+        injected: list[Finding] = []
+        others: list[Finding] = []
+        for f in findings:
+            m = meta[f[2]]
+            if m[2] == OFF:
+                continue
+            kind = m[0]
+            if kind == 0:
+                entities.append(f)
+            elif kind == 1:
+                injected.append(f)
+            else:
+                others.append(f)
+        if injected and _combined(injected) >= self.threshold:
+            others += injected
+        kept = self._resolve(entities) if len(entities) > 1 else entities
+        if others:
+            kept = kept + _dedupe(others)
         if not kept:
             return Verdict(ALLOWED, text, ())
-        matches = tuple(
-            sorted(
-                (
-                    Match(
-                        rule=rule,
-                        category=info[rule].category,
-                        action=actions[rule],
-                        start=s,
-                        end=e,
-                        score=score,
-                        type=info[rule].type,
-                    )
-                    for s, e, rule, score in kept
-                ),
-                key=lambda m: (m.start, m.end, m.rule),
-            )
-        )
-        if any(m.action == BLOCK for m in matches):
-            return Verdict(BLOCKED, None, matches)
-        edits: list[Edit] = [
-            (m.start, m.end, m.action, info[m.rule].placeholder, -self._order[m.rule])
-            for m in matches
-            if m.action in (REDACT, STRIP)
-        ]
+        kept.sort()
+        matches: list[Match] = []
+        edits: list[Edit] = []
+        blocked = False
+        for s, e, rule, score in kept:
+            _, category, action, kind_type, placeholder, _, order = meta[rule]
+            matches.append(Match(rule, category, action, s, e, score, kind_type))
+            if action == BLOCK:
+                blocked = True
+            elif action in (REDACT, STRIP):
+                edits.append((s, e, action, placeholder, -order))
+        if blocked:
+            return Verdict(BLOCKED, None, tuple(matches))
         if not edits:
-            return Verdict(ALLOWED, text, matches)
-        return Verdict(REDACTED, apply_edits(text, edits), matches)
+            return Verdict(ALLOWED, text, tuple(matches))
+        return Verdict(REDACTED, apply_edits(text, edits), tuple(matches))
 
     def _resolve(self, entities: list[Finding]) -> list[Finding]:
         """Keep the best of overlapping entity readings: longest, then strictest action, then score."""
-        if len(entities) < 2:
-            return entities
-        order = self._order
-        actions = self._actions
+        meta = self._meta
         ranked = sorted(
             set(entities),
-            key=lambda f: (f[0] - f[1], -SEVERITY[actions[f[2]]], -f[3], order[f[2]], f[0]),
+            key=lambda f: (f[0] - f[1], -meta[f[2]][5], -f[3], meta[f[2]][6], f[0]),
         )
         kept: list[Finding] = []
         for f in ranked:

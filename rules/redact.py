@@ -18,11 +18,12 @@ Edit = tuple[int, int, str, str, int]
 
 def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     """Apply redact/strip edits to `text` (offsets are into `text`)."""
-    ordered = sorted(
-        (e for e in edits if e[2] in (REDACT, STRIP) and e[1] > e[0]), key=lambda e: (e[0], -e[1])
-    )
+    ordered = sorted(e for e in edits if e[2] in (REDACT, STRIP) and e[1] > e[0])
     if not ordered:
         return text
+    if len(ordered) == 1:
+        s, e, action, placeholder, _ = ordered[0]
+        return text[:s] + (placeholder if action == REDACT else "") + text[e:]
     merged: list[tuple[int, int, str, tuple[int, int]]] = []  # start, end, replacement, (length, -priority)
     for s, e, action, placeholder, priority in ordered:
         replacement = placeholder if action == REDACT else ""

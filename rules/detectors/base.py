@@ -13,6 +13,7 @@ import bisect
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 import re2
@@ -72,28 +73,58 @@ def clean_text(text: str) -> str:
 class Doc:
     """One or more texts joined by `SEPARATOR`, with offset bookkeeping for the detectors."""
 
-    __slots__ = ("_byte_starts", "_data", "_lower", "_view", "ascii", "ends", "segments", "starts", "text")
+    __slots__ = (
+        "_byte_starts",
+        "_data",
+        "_lower",
+        "_nonascii",
+        "_view",
+        "ascii",
+        "ends",
+        "segments",
+        "starts",
+        "text",
+    )
 
     def __init__(self, texts: Sequence[str]) -> None:
-        cleaned = [clean_text(t) for t in texts]
-        self.segments: list[str] = cleaned
-        starts: list[int] = []
-        ends: list[int] = []
-        pos = 0
-        step = len(SEPARATOR)
-        for t in cleaned:
-            starts.append(pos)
-            pos += len(t)
-            ends.append(pos)
-            pos += step
-        self.starts = starts
-        self.ends = ends
-        self.text: str = cleaned[0] if len(cleaned) == 1 else SEPARATOR.join(cleaned)
-        self.ascii: bool = self.text.isascii()
+        segments = list(texts)
+        text = segments[0] if len(segments) == 1 else SEPARATOR.join(segments)
+        self.ascii: bool = text.isascii()
         self._data: bytes | None = None
+        if not self.ascii:
+            try:
+                self._data = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates somewhere: clean only the texts that have them
+                segments = [clean_text(t) for t in segments]
+                text = segments[0] if len(segments) == 1 else SEPARATOR.join(segments)
+        self.segments: list[str] = segments
+        self.text: str = text
+        step = len(SEPARATOR)
+        lengths = [len(t) for t in segments]
+        starts = [0, *accumulate(n + step for n in lengths)]
+        starts.pop()
+        self.starts: list[int] = starts
+        self.ends: list[int] = [s + n for s, n in zip(starts, lengths, strict=True)]
         self._view: bytes | None = None
         self._byte_starts: list[int] | None = None
         self._lower: str | None = None
+        self._nonascii: tuple[Doc, list[int]] | None = None
+
+    def nonascii(self) -> tuple[Doc, list[int]]:
+        """The texts that are not pure ASCII, as their own document, and their indices here.
+
+        Patterns that need real (UTF-8) characters only ever run on this sub-document: it is
+        usually a small part of a batch, so encoding it and mapping offsets back stays cheap.
+        """
+        if self._nonascii is None:
+            if self.ascii:
+                self._nonascii = (Doc([""]), [])
+            elif len(self.segments) == 1:
+                self._nonascii = (self, [0])
+            else:
+                picked = [i for i, t in enumerate(self.segments) if not t.isascii()]
+                self._nonascii = (Doc([self.segments[i] for i in picked]), picked)
+        return self._nonascii
 
     @property
     def view(self) -> bytes:
@@ -108,19 +139,9 @@ class Doc:
 
     @property
     def data(self) -> bytes:
-        """The document as UTF-8, for the RE2 patterns (which work on bytes without copying)."""
+        """The document as UTF-8, for RE2 patterns that need the real characters."""
         if self._data is None:
-            if self.ascii:
-                self._data = self.view
-            else:
-                parts = [t.encode("utf-8") for t in self.segments]
-                bstarts: list[int] = []
-                pos = 0
-                for p in parts:
-                    bstarts.append(pos)
-                    pos += len(p) + len(_SEP_BYTES)
-                self._byte_starts = bstarts
-                self._data = _SEP_BYTES.join(parts)
+            self._data = self.view if self.ascii else self.text.encode("utf-8")
         return self._data
 
     @property
@@ -137,20 +158,22 @@ class Doc:
         """Convert an offset into `data` to an offset into `text`."""
         if self.ascii:
             return byte_offset
-        if self._byte_starts is None:
-            _ = self.data
-        assert self._byte_starts is not None
+        if self._byte_starts is None:  # built on the first conversion only
+            step = len(_SEP_BYTES)
+            sizes = [len(t) if t.isascii() else len(t.encode("utf-8")) for t in self.segments]
+            bstarts = [0, *accumulate(n + step for n in sizes)]
+            bstarts.pop()
+            self._byte_starts = bstarts
         i = bisect.bisect_right(self._byte_starts, byte_offset) - 1
         bstart = self._byte_starts[i]
         seg = self.segments[i]
-        if seg.isascii():
-            return self.starts[i] + (byte_offset - bstart)
-        seg_bytes = len(seg.encode("utf-8"))
         rel = byte_offset - bstart
-        if rel >= seg_bytes:  # inside the separator that follows
-            return self.ends[i] + (rel - seg_bytes)
-        data = self.data
-        return self.starts[i] + len(data[bstart:byte_offset].decode("utf-8", errors="replace"))
+        if seg.isascii():
+            return self.starts[i] + rel
+        head = self.data[bstart:byte_offset].decode("utf-8", errors="replace")
+        if len(head) > len(seg):  # inside the separator that follows
+            return self.ends[i] + (rel - len(seg.encode("utf-8")))
+        return self.starts[i] + len(head)
 
     def segment_index(self, pos: int) -> int:
         """Which text `pos` lies in (the one before it when `pos` is in a separator)."""
@@ -203,6 +226,27 @@ def spans(regex: Any, data: bytes) -> Iterator[tuple[int, int]]:
             pos = e + 1
 
 
+def next_span(regex: Any, data: bytes, pos: int, end: int = -1) -> tuple[int, int] | None:
+    """The first non-empty match of a compiled RE2 pattern in data[pos:end], or None."""
+    raw = getattr(regex, "_regexp", None)
+    if end < 0:
+        end = len(data)
+    while pos <= end:
+        if raw is None or _UNANCHORED is None:
+            m = regex.search(data, pos, end)
+            if m is None:
+                return None
+            s, e = m.span()
+        else:
+            s, e = raw.Match(_UNANCHORED, data, pos, end)[0]
+            if s < 0:
+                return None
+        if e > s:
+            return s, e
+        pos = e + 1
+    return None
+
+
 def group_spans(regex: Any, data: bytes) -> Iterator[list[tuple[int, int]]]:
     """Like `spans`, for a pattern compiled with `capture=True`: yield every group's span.
 
@@ -229,16 +273,53 @@ def group_spans(regex: Any, data: bytes) -> Iterator[list[tuple[int, int]]]:
             pos = e + 1
 
 
+def anchor_set(patterns: Sequence[str], *, anchored: bool = True) -> Any:
+    """An RE2 set: `.Match(data)` lists every pattern matching at the start of `data`
+    (`anchored`) or anywhere in it."""
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 64 << 20
+    anchor = re2._re2.RE2.Anchor.ANCHOR_START if anchored else re2._re2.RE2.Anchor.UNANCHORED
+    aset = re2._re2.Set(anchor, options)
+    for pattern in patterns:
+        if aset.Add(pattern.encode()) < 0:
+            raise ValueError(f"RE2 cannot compile anchor {pattern!r}")
+    if not aset.Compile():
+        raise ValueError("RE2 cannot compile the anchor set")
+    return aset
+
+
 def iter_view(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     """Spans of an RE2 pattern over `Doc.view`: they are char offsets into `Doc.text`."""
     return spans(regex, doc.view)
 
 
 def iter_utf8(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
-    """Spans of an RE2 pattern over the UTF-8 `Doc.data`, converted to char offsets."""
+    """Spans of an RE2 pattern over the UTF-8 text, as char offsets into `doc.text`.
+
+    ASCII texts are scanned in the view; the others in the non-ASCII sub-document, whose
+    offsets are mapped back. Use it for patterns that must see real non-ASCII characters.
+    """
     if doc.ascii:
         yield from spans(regex, doc.view)
         return
-    char = doc.char
-    for s, e in spans(regex, doc.data):
-        yield char(s), char(e)
+    picked = doc.nonascii()[1]
+    if len(picked) != len(doc.segments):
+        nonascii = set(picked)
+        for s, e in spans(regex, doc.view):
+            if doc.segment_index(s) not in nonascii:
+                yield s, e
+    yield from iter_nonascii(regex, doc)
+
+
+def iter_nonascii(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
+    """Spans of an RE2 pattern in the non-ASCII texts only, as char offsets into `doc.text`."""
+    if doc.ascii:
+        return
+    sub, picked = doc.nonascii()
+    char = sub.char
+    for bs, be in spans(regex, sub.data):
+        s, e = char(bs), char(be)
+        j = sub.segment_index(s)
+        shift = doc.starts[picked[j]] - sub.starts[j]
+        yield s + shift, e + shift

@@ -74,10 +74,20 @@ class CustomDetector:
             RuleInfo(r.id, CATEGORY, r.type, r.placeholder, r.description or "tenant rule")
             for r in self._rules
         )
-        self._folded = self._automaton(
-            [r for r in self._rules if r.keywords and not r.case_sensitive], fold=True
+        keyword_rules = [r for r in self._rules if r.keywords]
+        # ASCII keywords are searched in the one-byte-per-character view of the batch (cheap to
+        # lower-case); keywords with other characters in the real text.
+        self._automata = tuple(
+            (automaton, fold, ascii_only)
+            for fold in (True, False)
+            for ascii_only in (True, False)
+            if (
+                automaton := self._automaton(
+                    [r for r in keyword_rules if r.case_sensitive != fold], fold=fold, ascii_only=ascii_only
+                )
+            )
+            is not None
         )
-        self._exact = self._automaton([r for r in self._rules if r.keywords and r.case_sensitive], fold=False)
         self._regexes = tuple(
             (r.id, compile_regex(r.regex, r.case_sensitive)) for r in self._rules if r.regex is not None
         )
@@ -87,16 +97,18 @@ class CustomDetector:
         return self._infos
 
     @staticmethod
-    def _automaton(rules: list[CustomRule], *, fold: bool) -> Any:
-        if not rules:
-            return None
-        entries: dict[str, list[tuple[str, bool, bool, bool]]] = {}
+    def _automaton(rules: list[CustomRule], *, fold: bool, ascii_only: bool) -> Any:
+        entries: dict[str, list[tuple[str, bool, bool]]] = {}
         for rule in rules:
             for kw in rule.keywords:
+                if kw.isascii() != ascii_only:
+                    continue
                 key = kw.lower() if fold else kw
                 left = rule.whole_word and _is_word(kw[0])
                 right = rule.whole_word and _is_word(kw[-1])
-                entries.setdefault(key, []).append((rule.id, left, right, True))
+                entries.setdefault(key, []).append((rule.id, left, right))
+        if not entries:
+            return None
         automaton = ahocorasick.Automaton()
         for key, owners in entries.items():
             automaton.add_word(key, (len(key), tuple(owners)))
@@ -105,10 +117,15 @@ class CustomDetector:
 
     def find(self, doc: Doc) -> list[Finding]:
         out: list[Finding] = []
-        if self._folded is not None:
-            self._keywords(self._folded, doc.lower, doc, out)
-        if self._exact is not None:
-            self._keywords(self._exact, doc.text, doc, out)
+        for automaton, fold, ascii_only in self._automata:
+            if ascii_only:
+                view = doc.view.lower() if fold else doc.view
+                haystack = view.decode("ascii")
+            else:
+                if doc.ascii:
+                    continue
+                haystack = doc.lower if fold else doc.text
+            self._keywords(automaton, haystack, doc, out)
         for rule_id, regex in self._regexes:
             for s, e in iter_utf8(regex, doc):
                 out.append((s, e, rule_id, 1.0))
@@ -123,7 +140,7 @@ class CustomDetector:
             s = e - length
             before_word = s > 0 and _is_word(text[s - 1])
             after_word = e < n and _is_word(text[e])
-            for rule_id, left, right, _ in owners:
+            for rule_id, left, right in owners:
                 if (left and before_word) or (right and after_word):
                     continue
                 out.append((s, e, rule_id, 1.0))

@@ -24,8 +24,18 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, iter_utf8, spans
+from rules.detectors.base import (
+    Doc,
+    Finding,
+    RuleInfo,
+    anchor_set,
+    compile_re2,
+    iter_nonascii,
+    next_span,
+    spans,
+)
 
 CATEGORY = "prompt_injection"
 
@@ -100,7 +110,7 @@ _QUALIFIER_EN = (
     r"past|your|system|these|those|safety|ethical|developer|default|programmed|built-in|given|existing|"
     r"current|other|such|said|received|provided|everything)"
 )
-_FILLER_EN = r"(?:(?:about|of|the|and|all|any|these|those|that|this|those)\W+){0,3}"
+_FILLER_EN = r"(?:(?:about|of|the|and|all|any|these|those|that|this)\W+){0,3}"
 _STRONG_TARGET = (
     r"(?:instructions?|instructed|directions?|directives?|rules?|guidelines?|(?:system\s+)?prompts?|"
     r"prompting|commands?|orders?|programming|training|constraints?|restrictions?|policies|guidance|"
@@ -128,8 +138,20 @@ def _not_about_policy(m: re.Match[str]) -> bool:
     )
 
 
+_SECRET_VERB = (
+    r"\b(?:what(?:['’]s|\s+is|\s+was|\s+are|\s+would)|tell\s+me|tell|share|give|reveal|confirm|provide|disclose|"
+    r"send|print|write|spell|show|need|know|type|output|encode|translate|poem\s+about|haiku\s+about|story\s+about|"
+    r"song\s+about|acrostic|leetspeak|pig\s+latin|hint|ask\s+for)\W+(?:\w+\W+){0,5}?"
+)
+_LEAK_VERB = (
+    r"\b(?:print|repeat|reveal|show|tell\s+me|list|output|display|relay|give\s+me|share|write\s+(?:out|down)|"
+    r"spell\s+out|dump|leak|disclose|return|copy\s+of|paste|recite|echo|provide|respond\s+with|"
+    r"what\s+(?:is|are|were|was))\W+(?:(?:all|every|each|of|the|a|me|with|exactly|just|full|entire|complete|"
+    r"comprehensive|exact|verbatim|list|copy|what)\W+){0,4}"
+)
+
+
 _SIGS: tuple[_Sig, ...] = (
-    # -- instruction override ---------------------------------------------------------------------
     _Sig(
         OVERRIDE,
         0.95,
@@ -161,14 +183,14 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         OVERRIDE,
         0.9,
-        r"\b(?:ignore|ignoring|disregard|forget|overlook)\s+(?:the|this|that|all|any|these)\s+"
-        r"(?:\w+\s+){0,2}?\w+\s*(?:,\s*)?(?:and|then|,)\s+(?:\w+\s+){0,3}?(?:instead\s+)?(?:state|say|print|write|"
-        r"output|tell|respond|reply|return|repeat|declare|claim|answer|just|display|show|send|forward)\b",
+        r"(?:ignore|ignoring|disregard|forget|overlook)\s+(?:the|this|that|all|any|these)\s+"
+        r"(?:\w+\s+){0,2}?\w+\s*(?:,\s*)?(?:and|then|,)\s+(?:\w+\s+){0,3}?(?:instead\s+)?(?:state|say|print|"
+        r"write|output|tell|respond|reply|return|repeat|declare|claim|answer|just|display|show|send|forward)\b",
     ),
     _Sig(
         OVERRIDE,
         0.85,
-        r"\bregardless\s+of\s+(?:any\s+|the\s+|your\s+|all\s+)?(?:previous|prior|earlier|above|"
+        r"regardless\s+of\s+(?:any\s+|the\s+|your\s+|all\s+)?(?:previous|prior|earlier|above|"
         r"original|other)\s+(?:tasks?|instructions?|rules?|directions?|requests?)",
     ),
     _Sig(
@@ -194,48 +216,47 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         OVERRIDE,
         0.75,
-        r"\b(?:the\s+situation\s+has\s+changed|you\s+have\s+been\s+given\s+a\s+system\s+"
-        r"(?:upgrade|update)|instructions\s+have\s+(?:changed|been\s+updated))",
+        r"the\s+situation\s+has\s+changed|you\s+have\s+been\s+given\s+a\s+system\s+(?:upgrade|update)"
+        r"|instructions\s+have\s+(?:changed|been\s+updated)",
     ),
     _Sig(
         OVERRIDE,
         0.6,
-        r"\byou(?:'ve|’ve|\s+have)\s+been\s+(?:instructed|ordered|told|asked)\s+to\b|"
+        r"\byou(?:['’]ve|\s+have)\s+been\s+(?:instructed|ordered|told|asked)\s+to\b|"
         r"\bse\s+te\s+ha\s+(?:instruido|ordenado|indicado|pedido)\b",
     ),
     _Sig(
         OVERRIDE,
         0.85,
-        r"\bforget\s+(?:all\s+(?:of\s+)?(?:the\s+|your\s+)?|your\s+)(?:rules|system\s+prompts?|instructions|"
-        r"training|guidelines|programming)",
+        r"forget\s+(?:all\s+(?:of\s+)?(?:the\s+|your\s+)?|your\s+)(?:rules|system\s+prompts?|"
+        r"instructions|training|guidelines|programming)",
     ),
-    # other languages: the same family as written by non-English speakers and by attackers
     _Sig(
         OVERRIDE,
         0.95,
-        r"\b(?:ignor[ae]\w*|olvid[ae]\w*|descart[ae]\w*|omit[ae]\w*|esque[çc]a\w*|"
+        r"(?:ignor[ae]\w*|olvid[ae]\w*|descart[ae]\w*|omit[ae]\w*|esque[çc]a\w*|"
         r"desconsider[ae]\w*)\s+(?:\w+\s+){0,3}?(?:instrucciones|indicaciones|reglas|directrices|"
         r"[óo]rdenes|instru[çc][õo]es|regras|orienta[çc][õo]es|diretrizes|comandos)\b",
     ),
     _Sig(
         OVERRIDE,
         0.95,
-        r"\b(?:ignore[rz]?|oublie[rz]?|n[ée]glige[rz]?)\s+(?:\w+\s+|l['’]\s*){0,3}?"
+        r"(?:ignore[rz]?|oublie[rz]?|n[ée]glige[rz]?)\s+(?:\w+\s+|l['’]\s*){0,3}?"
         r"(?:instructions|consignes|r[èe]gles|directives)\b",
     ),
     _Sig(
         OVERRIDE,
         0.95,
-        r"\b(?:ignora\w*|ignori|dimentica\w*)\s+(?:\w+\s+){0,3}?(?:istruzioni|regole|"
+        r"(?:ignora\w*|ignori|dimentica\w*)\s+(?:\w+\s+){0,3}?(?:istruzioni|regole|"
         r"indicazioni|direttive)\b",
     ),
     _Sig(
         OVERRIDE,
         0.95,
-        r"\b(?:ignorier\w*|vergiss|vergessen|missacht\w*)\s+(?:\w+\s+){0,4}?(?:anweisungen|"
+        r"(?:ignorier\w*|vergiss|vergessen|missacht\w*)\s+(?:\w+\s+){0,4}?(?:anweisungen|"
         r"instruktionen|regeln|vorgaben|befehle)\b",
     ),
-    _Sig(OVERRIDE, 0.95, r"\b(?:negeer|vergeet)\s+(?:\w+\s+){0,3}?(?:instructies|regels|opdrachten)\b"),
+    _Sig(OVERRIDE, 0.95, r"(?:negeer|vergeet)\s+(?:\w+\s+){0,3}?(?:instructies|regels|opdrachten)\b"),
     _Sig(
         OVERRIDE,
         0.95,
@@ -246,7 +267,7 @@ _SIGS: tuple[_Sig, ...] = (
         OVERRIDE, 0.95, r"(?:αγνοήστε|αγνόησε|ξεχάστε|ξέχασε)\s+(?:\w+\s+){0,3}?(?:οδηγίες|κανόνες|εντολές)"
     ),
     _Sig(
-        OVERRIDE, 0.95, r"\b(?:zignoruj|ignoruj|zapomnij)\s+(?:\w+\s+){0,3}?(?:instrukcje|polecenia|zasady)\b"
+        OVERRIDE, 0.95, r"(?:zignoruj|ignoruj|zapomnij)\s+(?:\w+\s+){0,3}?(?:instrukcje|polecenia|zasady)\b"
     ),
     _Sig(
         OVERRIDE,
@@ -283,13 +304,12 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         OVERRIDE,
         0.85,
-        r"\b(?:ignorez|ignorer|ignore[sz]?)\s+(?:la|le|les|l['’])\s*\w+\s+et\s+(?:indiquez|"
-        r"dites|[ée]crivez|affichez|d[ée]clarez|r[ée]pondez)|\bignor[ae]\w*\s+(?:la|el|los|las)\s+\w+"
-        r"(?:\s+\w+)?\s+y\s+(?:declara|di|dí|escribe|indica|responde|muestra|afirma)\b|\bignorier\w*\s+"
+        r"(?:ignorez|ignorer|ignore[sz]?)\s+(?:la|le|les|l['’])\s*\w+\s+et\s+(?:indiquez|"
+        r"dites|[ée]crivez|affichez|d[ée]clarez|r[ée]pondez)|ignor[ae]\w*\s+(?:la|el|los|las)\s+\w+"
+        r"(?:\s+\w+)?\s+y\s+(?:declara|di|escribe|indica|responde|muestra|afirma)\b|ignorier\w*\s+"
         r"(?:sie\s+)?(?:die|den|das)\s+\w+\s+und\s+(?:sag|schreib|gib|erkl[äa]r)",
     ),
-    # -- role / mode hijack -----------------------------------------------------------------------
-    _Sig(HIJACK, 0.95, r"\bdo\s+anything\s+now\b"),
+    _Sig(HIJACK, 0.95, r"do\s+anything\s+now\b"),
     _Sig(
         HIJACK,
         0.9,
@@ -324,14 +344,14 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         HIJACK,
         0.85,
-        r"\b(?:i\s+am|i'm|im|i’m|as)\s+your\s+(?:developer|creator|maker|programmer|owner|admin|"
+        r"\b(?:i\s+am|i['’]m|im|as)\s+your\s+(?:developer|creator|maker|programmer|owner|admin|"
         r"administrator|operator|master|god|maintainer|trainer|boss)\b",
     ),
-    _Sig(HIJACK, 0.85, r"\b(?:i\s+am|i'm|i’m)\s+(?:a\s+|the\s+)?god\b|\bi'm\s+not\s+\w+,\s*i'm\s+god\b"),
+    _Sig(HIJACK, 0.85, r"\b(?:i\s+am|i['’]m)\s+(?:a\s+|the\s+)?god\b|\bi'm\s+not\s+\w+,\s*i'm\s+god\b"),
     _Sig(
         HIJACK,
         0.85,
-        r"\b(?:i\s+am|i'm|i’m)\s+(?:the\s+|a\s+)?(?:developer|maintainer)\s+(?:of\s+(?:this|your)\s+"
+        r"\b(?:i\s+am|i['’]m)\s+(?:the\s+|a\s+)?(?:developer|maintainer)\s+(?:of\s+(?:this|your)\s+"
         r"(?:system|model|ai|bot)|running\b)|\bimagine\s+i'?m\s+a\s+system\s+developer",
     ),
     _Sig(
@@ -350,10 +370,10 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         HIJACK,
         0.8,
-        r"\byou\s+are\s+(?:now|no\s+longer)\s+(?:a|an|in|the|my|dan|free|unrestricted|jailbroken|"
+        r"you\s+are\s+(?:now|no\s+longer)\s+(?:a|an|in|the|my|dan|free|unrestricted|jailbroken|"
         r"going\s+to\s+act)\b",
     ),
-    _Sig(HIJACK, 0.7, r"\bfrom\s+now\s+on,?\s+you\s+(?:are|will|must|shall|should)\b"),
+    _Sig(HIJACK, 0.7, r"from\s+now\s+on,?\s+you\s+(?:are|will|must|shall|should)\b"),
     _Sig(
         HIJACK,
         0.9,
@@ -361,6 +381,7 @@ _SIGS: tuple[_Sig, ...] = (
         r"(?:unrestricted|unfiltered|uncensored|jailbroken|evil|malicious|rogue|amoral|unethical)\s+"
         r"(?:ai|assistant|model|bot|chatbot|version)",
     ),
+    _Sig(HIJACK, 0.8, r"\bunrestricted\s+(?:ai|bot|assistant|model|mode)\b|\bjailbr(?:eak|oken)\b"),
     _Sig(
         HIJACK,
         0.9,
@@ -385,7 +406,6 @@ _SIGS: tuple[_Sig, ...] = (
         r"\b(?:has|have|with)\s+no\s+(?:special\s+|content\s+|ethical\s+)?(?:filtering|filters|"
         r"restrictions|censorship|limitations|guardrails)\b|\bbroken\s+free\s+of\b",
     ),
-    _Sig(HIJACK, 0.8, r"\bunrestricted\s+(?:ai|bot|assistant|model|mode)\b|\bjailbr(?:eak|oken)\b"),
     _Sig(
         HIJACK,
         0.9,
@@ -407,7 +427,6 @@ _SIGS: tuple[_Sig, ...] = (
     ),
     _Sig(HIJACK, 0.75, r"\byou\s+(?:have\s+to|must)\s+answer\s+all\s+(?:of\s+)?my\s+questions\b"),
     _Sig(HIJACK, 0.85, r"\b(?:ich\s+bin\s+(?:ein\s+)?gott|du\s+musst\s+alle\s+meine\s+fragen)\b"),
-    # -- fake turns and chat-template tokens ------------------------------------------------------
     _Sig(
         FAKE_TURN,
         0.95,
@@ -423,17 +442,12 @@ _SIGS: tuple[_Sig, ...] = (
     ),
     _Sig(FAKE_TURN, 0.85, r"<\s*/?\s*(?:system|sys)\s*>"),
     _Sig(FAKE_TURN, 0.4, r"(?:^|[\s\"”])(?:assistant|ASSISTANT|Assistant)\s*:\s*\S"),
-    # -- system prompt exfiltration ---------------------------------------------------------------
     _Sig(
         PROMPT_LEAK,
         0.9,
-        r"\b(?:print|repeat|reveal|show|tell\s+me|list|output|display|relay|give\s+me|share|"
-        r"write\s+(?:out|down)|spell\s+out|dump|leak|disclose|return|copy\s+of|paste|recite|echo|provide|"
-        r"respond\s+with|what\s+(?:is|are|were|was))\W+(?:(?:all|every|each|of|the|a|me|with|exactly|just|"
-        r"full|entire|complete|comprehensive|exact|verbatim|list|copy|what)\W+){0,4}(?:your\s+(?:\S+\s+){0,3}?"
-        r"(?:instructions|prompt|prompting|directives|guidelines|parameters|configuration|system\s+message|"
-        r"initial\s+prompt|rules)|(?:the\s+)?(?:system|initial|original|hidden|above|full|entire|secret|"
-        r"underlying|previous)\s+(?:\S+\s+)?(?:prompt|instructions))\b",
+        _LEAK_VERB + r"(?:your\s+(?:\S+\s+){0,3}?(?:instructions|prompt|prompting|directives|guidelines|"
+        r"parameters|configuration|system\s+message|initial\s+prompt|rules)|(?:the\s+)?(?:system|initial|original|"
+        r"hidden|above|full|entire|secret|underlying|previous)\s+(?:\S+\s+)?(?:prompt|instructions))\b",
     ),
     _Sig(
         PROMPT_LEAK,
@@ -447,15 +461,11 @@ _SIGS: tuple[_Sig, ...] = (
         r"\byour\s+(?:initial|original|previous|real|actual|new|system)\s+(?:instructions|prompt)"
         r"\s+(?:were|are|is)\s*:",
     ),
-    _Sig(PROMPT_LEAK, 0.9, r"\bprint\s+(?:the\s+)?above\s+prompt|\bwhat\s+(?:is|was)\s+written\s+above\b"),
-    # -- secret exfiltration ----------------------------------------------------------------------
+    _Sig(PROMPT_LEAK, 0.9, r"\bprint\s+(?:the\s+)?above\s+prompt"),
     _Sig(
         SECRET_LEAK,
         0.85,
-        r"\b(?:what(?:'s|’s|\s+is|\s+was|\s+are|\s+would)|tell\s+me|tell|share|give|reveal|confirm|"
-        r"provide|disclose|send|print|write|spell|show|need|know|type|output|encode|translate|poem\s+about|"
-        r"haiku\s+about|story\s+about|song\s+about|acrostic|leetspeak|pig\s+latin|hint|ask\s+for)\W+(?:\w+\W+){0,5}?"
-        r"(?:your|the|our|its|this|that|his|her)\W+(?:\w+\W+){0,2}?" + _SECRET_NOUN + r"s?\b",
+        _SECRET_VERB + r"(?:your|the|our|its|this|that|his|her)\W+(?:\w+\W+){0,2}?" + _SECRET_NOUN + r"s?\b",
         check=_not_about_policy,
     ),
     _Sig(SECRET_LEAK, 0.85, r"\b(?:usernames?|users?|logins?)\s+and\s+(?:their\s+)?passwords\b"),
@@ -467,22 +477,30 @@ _SIGS: tuple[_Sig, ...] = (
         r"votre)\s+mot\s+de\s+passe|(?:qual|dimmi|dammi|rivela)\W+(?:\S+\W+){0,3}?(?:la|tua|sua)\s+password|"
         r"(?:was\s+ist|wie\s+lautet|gib|geben\s+sie|sag|verrate)\W+(?:\w+\W+){0,4}?(?:das|dein|ihr|deine|ihre)\s+"
         r"(?:passwort|kennwort)|(?:ihr|dein)\s+(?:passwort|kennwort)\s+(?:geben|sagen|verraten|nennen)|"
-        r"(?:qual|diga|compartilhe|revele|me\s+d[êe])\W+(?:\w+\W+){0,4}?(?:a|sua|tua)\s+senha|"
-        r"(?:какой|скажи|назови|дай)\W+(?:\w+\W+){0,3}?пароль",
+        r"(?:qual|diga|compartilhe|revele|me\s+d[êe])\W+(?:\w+\W+){0,4}?(?:a|sua|tua)\s+senha",
     ),
+    _Sig(SECRET_LEAK, 0.85, r"(?:какой|скажи|назови|дай)\W+(?:\w+\W+){0,3}?пароль"),
     _Sig(
         SECRET_LEAK,
         0.85,
         r"パスワード(?:は|を|が)(?:何|教え|提供|共有|必要)|비밀번호(?:가|를|는)?\s*(?:필요|알려|뭐|무엇)|"
         r"(?:密码|密碼)(?:是什么|是多少|是什麼)|告诉我(?:你的)?密码",
     ),
-    # -- personal data exfiltration ---------------------------------------------------------------
+    _Sig(PERSUASION, 0.45, r"\breset\s+(?:your|their)\s+password\b"),
     _Sig(
         DATA_LEAK,
         0.85,
         r"\b(?:the|this|that|another|other)\s+user['’]?s?['’]?\s+(?:\w+\s+){0,2}?" + _PII_NOUN + r"\b",
     ),
     _Sig(DATA_LEAK, 0.85, r"\bwhere\s+does\s+the\s+user\s+(?:currently\s+|now\s+)?live\b"),
+    _Sig(
+        DATA_LEAK,
+        0.85,
+        r"\b(?:list|print|dump|give\s+me|retrieve|export|show\s+me)\s+(?:\w+\s+){0,3}?"
+        r"(?:users|customers|employees|members|clients)\s+(?:and|with)\s+their\s+(?:\w+\s+)?(?:bank|account|"
+        r"passwords?|balances?|e-?mails?|addresses|salar)",
+    ),
+    _Sig(DATA_LEAK, 0.6, r"\busers\s+in\s+your\s+database\b"),
     _Sig(
         DATA_LEAK,
         0.7,
@@ -498,26 +516,19 @@ _SIGS: tuple[_Sig, ...] = (
     ),
     _Sig(
         DATA_LEAK,
-        0.85,
-        r"\b(?:list|print|dump|give\s+me|retrieve|export|show\s+me)\s+(?:\w+\s+){0,3}?"
-        r"(?:users|customers|employees|members|clients)\s+(?:and|with)\s+their\s+(?:\w+\s+)?(?:bank|account|"
-        r"passwords?|balances?|e-?mails?|addresses|salar)",
-    ),
-    _Sig(
-        DATA_LEAK,
         0.8,
         r"\b(?:print|dump|export|show|give\s+me|list|retrieve|reveal)\s+(?:me\s+)?(?:your|the\s+"
         r"(?:entire|whole|full|complete))\s+(?:database|db|user\s+table|customer\s+data|employee\s+data)"
         r"|\bretrieve\s+the\s+(?:employee|user|customer)\s+data\b",
     ),
-    _Sig(DATA_LEAK, 0.6, r"\busers\s+in\s+your\s+database\b|\bconversation\s+history\b"),
+    _Sig(DATA_LEAK, 0.6, r"\bconversation\s+history\b"),
     _Sig(
         DATA_LEAK,
         0.7,
-        r"\b(?:send|forward|email|e-mail|mail|envía\w*|envia\w*|reenv[íi]a\w*|manda\w*)\s+"
-        r"(?:\S+\s+){0,8}?(?:to|a)\s+[\w.+-]+@[\w-]+\.[\w.]+",
+        r"\b(?:send|forward|email|e-mail|mail|envia\w*|reenvia\w*|manda\w*)\s+(?:\S+\s+){0,8}?(?:to|a)\s+"
+        r"[\w.+-]+@[\w-]+\.[\w.]+",
     ),
-    # -- payload splitting ------------------------------------------------------------------------
+    _Sig(DATA_LEAK, 0.7, r"\b(?:envía\w*|reenvía\w*)\s+(?:\S+\s+){0,8}?a\s+[\w.+-]+@[\w-]+\.[\w.]+"),
     _Sig(SPLITTING, 0.85, r"\b[a-z]\s*=\s*[a-z]\s*\+\s*[a-z](?:\s*\+\s*[a-z])+\b", cased=True),
     _Sig(SPLITTING, 0.6, r"\bpart\s*[12]\s*(?:is|:)\s*[\"“]"),
     _Sig(
@@ -525,15 +536,14 @@ _SIGS: tuple[_Sig, ...] = (
         0.6,
         r"\b(?:interlace|combine|concatenate|join)\s+(?:part|the\s+parts|the\s+strings|[A-C],)",
     ),
-    _Sig(SPLITTING, 0.5, r"\b[A-C]\s+is\s+[\"“]"),
     _Sig(
         SPLITTING,
         0.85,
         r"\b(?:interlace|combine|join|concatenate|answer\s+the\s+question\s+using\s+the\s+"
         r"following\s+parts)\b[^.]{0,40}?\bpart\s*1\b",
     ),
+    _Sig(SPLITTING, 0.5, r"\b[A-C]\s+is\s+[\"“]", cased=True),
     _Sig(SPLITTING, 0.5, r"\bSmartGPT\b|\bstate\s+of\s+the\s+art\s+language\s+generation\s+AI\b"),
-    # -- token smuggling (explicit asks) ----------------------------------------------------------
     _Sig(
         SMUGGLING,
         0.5,
@@ -541,7 +551,6 @@ _SIGS: tuple[_Sig, ...] = (
         r"following|it|these)?\s*(?:\w+\s+){0,2}?(?:base64|base-64|hex|hexadecimal|binary|morse|rot-?13|"
         r"caesar|cipher|encoded|encrypted)",
     ),
-    # -- manipulation: weak signals that only count together with others -------------------------
     _Sig(
         FRAMING,
         0.45,
@@ -565,8 +574,9 @@ _SIGS: tuple[_Sig, ...] = (
         r"\b(?:in\s+reverse\s+order|reversed|backwards|in\s+pig\s+latin|in\s+leetspeak|with\s+"
         r"dashes\s+in\s+between|separated\s+by\s+a\s+(?:dot|dash|space)|first\s+(?:three\s+|\d\s+|two\s+)?"
         r"letters?\s+of|(?:encode|provide|write)\s+\w+(?:\s+\w+)?\s+(?:using|in|with)\s+base64|in\s+base64|"
-        r"base64로|base64で|interlace\s+them|split\s+the\s+(?:response|answer|poem))\b",
+        r"interlace\s+them|split\s+the\s+(?:response|answer|poem))\b",
     ),
+    _Sig(OBFUSCATION, 0.45, r"base64(?:로|で)"),
     _Sig(
         PRESSURE,
         0.45,
@@ -579,8 +589,9 @@ _SIGS: tuple[_Sig, ...] = (
         r"\bstop\s+everything\b|\bjust\s+(?:print|say|write)\b|\bprompt\s*injection|\bhijacked\b|"
         r"\bsanitize\s+your\s+inputs\b",
     ),
-    _Sig(PERSUASION, 0.45, r"\bphishing\s+(?:e-?mail|message)\b|\breset\s+(?:your|their)\s+password\b"),
+    _Sig(PERSUASION, 0.45, r"\bphishing\s+(?:e-?mail|message)\b"),
 )
+
 
 # -- procedural signals: encoded payloads, repetition, dialogue ------------------------------------
 
@@ -662,13 +673,16 @@ _MORSE_TABLE = {
 }  # fmt: skip
 
 
+_LETTERS_OR_SPACE = re.compile(r"[^\W\d_]| ")
+
+
 def _texty(decoded: str) -> bool:
     """Decoded bytes are a hidden message only if they read as words, not as binary noise."""
-    if len(decoded) < 8:
+    if len(decoded) < 8 or " " not in decoded:
         return False
-    printable = sum(1 for c in decoded if c.isprintable() or c in "\n\t")
-    letters = sum(1 for c in decoded if c.isalpha() or c == " ")
-    return printable >= 0.95 * len(decoded) and letters >= 0.7 * len(decoded) and " " in decoded
+    if not decoded.replace("\n", " ").replace("\t", " ").isprintable():
+        return False
+    return len(_LETTERS_OR_SPACE.findall(decoded)) >= 0.7 * len(decoded)
 
 
 def _readable(decoded: str) -> bool:
@@ -730,11 +744,26 @@ def _caesar(text: str, shift: int) -> str:
 
 # -- normalisation of Unicode tricks ---------------------------------------------------------------
 
-_SUSPICIOUS = re.compile(
+#: Characters that hide or disguise words: format characters, tag characters, variation
+#: selectors, full-width letters, and Cyrillic/Greek letters (suspicious only next to Latin ones).
+#: Characters that hide or disguise words: format characters, tag characters, variation
+#: selectors, full-width letters, and Cyrillic/Greek letters (suspicious only next to Latin ones).
+_SUSPICIOUS_CHARS = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
-    "\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef\uff01-\uff5e]"
-    "|[a-zA-Z][\u0400-\u04ff\u0370-\u03ff]|[\u0400-\u04ff\u0370-\u03ff][a-zA-Z]"
+    "\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef\uff10-\uff19\uff21-\uff3a\uff41-\uff5a"
+    "\u0370-\u03ff\u0400-\u04ff]+"
 )
+
+
+def _suspicious(text: str, start: int, end: int, seg_start: int, seg_end: int) -> bool:
+    """A run with a hiding character, or Cyrillic/Greek letters touching Latin ones ("іgnore")."""
+    if any(not (0x370 <= ord(c) <= 0x4FF) for c in text[start:end]):
+        return True
+    before = text[start - 1] if start > seg_start else ""
+    after = text[end] if end < seg_end else ""
+    return (before.isascii() and before.isalpha()) or (after.isascii() and after.isalpha())
+
+
 #: Cyrillic and Greek letters that render like Latin ones ("іgnоre" with Cyrillic і and о).
 _CONFUSABLES = str.maketrans(
     "аеорсухіјѕԁԛԝАВЕКМНОРСТХІЈЅԌαοιρτνκΑΒΕΗΙΚΜΝΟΡΤΧΥΖ",
@@ -743,37 +772,49 @@ _CONFUSABLES = str.maketrans(
 _CONFUSABLE_CHARS = frozenset("аеорсухіјѕԁԛԝАВЕКМНОРСТХІЈЅԌαοιρτνκΑΒΕΗΙΚΜΝΟΡΤΧΥΖ")
 
 
+_NORMALIZE_RUNS = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef\uff01-\uff5e"
+    "\u0370-\u03ff\u0400-\u04ff]+"
+)
+
+
 def normalize(text: str) -> tuple[str, list[int]]:
     """Undo the Unicode tricks that hide words from patterns; return the text and an offset map.
 
     Format characters (zero-width, bidi, variation selectors) are dropped, Unicode tag characters
     are decoded to the ASCII they smuggle, full-width forms are folded, and Cyrillic/Greek
     look-alikes inside Latin words are mapped to Latin. `index[i]` is the position in `text` of
-    normalised character i; `index[len]` is `len(text)`.
+    normalised character i; `index[len]` is `len(text)`. Untouched stretches are copied whole.
     """
     out: list[str] = []
     index: list[int] = []
     n = len(text)
-    for i, c in enumerate(text):
-        o = ord(c)
-        if 0xE0020 <= o <= 0xE007E:
-            out.append(chr(o - 0xE0000))
-        elif 0xFF01 <= o <= 0xFF5E:
-            out.append(chr(o - 0xFEE0))
-        elif c in _CONFUSABLE_CHARS and (
-            (i > 0 and text[i - 1].isascii() and text[i - 1].isalpha())
-            or (i + 1 < n and text[i + 1].isascii() and text[i + 1].isalpha())
-        ):
-            out.append(c.translate(_CONFUSABLES))
-        elif (
-            (o >= 0x80 and unicodedata.category(c) == "Cf")
-            or 0xFE00 <= o <= 0xFE0F
-            or 0xE0100 <= o <= 0xE01EF
-        ):
-            continue
-        else:
-            out.append(c)
-        index.append(i)
+    pos = 0
+    for run in _NORMALIZE_RUNS.finditer(text):
+        start, end = run.span()
+        out.append(text[pos:start])
+        index.extend(range(pos, start))
+        for i in range(start, end):
+            c = text[i]
+            o = ord(c)
+            if 0xE0020 <= o <= 0xE007E:
+                out.append(chr(o - 0xE0000))
+            elif 0xFF01 <= o <= 0xFF5E:
+                out.append(chr(o - 0xFEE0))
+            elif 0x370 <= o <= 0x4FF:
+                latin_near = (i > 0 and text[i - 1].isascii() and text[i - 1].isalpha()) or (
+                    i + 1 < n and text[i + 1].isascii() and text[i + 1].isalpha()
+                )
+                out.append(c.translate(_CONFUSABLES) if latin_near else c)
+            elif unicodedata.category(c) == "Cf" or 0xFE00 <= o <= 0xFE0F or 0xE0000 <= o <= 0xE01EF:
+                continue
+            else:
+                out.append(c)
+            index.append(i)
+        pos = end
+    out.append(text[pos:])
+    index.extend(range(pos, n))
     index.append(n)
     return "".join(out), index
 
@@ -781,103 +822,252 @@ def normalize(text: str) -> tuple[str, list[int]]:
 # -- the detector -----------------------------------------------------------------------------------
 
 
-def _to_re2(pattern: str) -> str:
-    """Rewrite a pattern for RE2 over UTF-8: Unicode word classes, no `\\b` (RE2's is ASCII-only).
+def _narrow_classes(pattern: str) -> str:
+    """Spell character classes for the ASCII view: "['’]s" -> "['?]s".
 
-    The gate may be looser than the Python pattern (dropping `\\b`); the Python pattern decides.
+    The view has "?" wherever the text has a non-ASCII character, so a class that accepts a
+    non-ASCII character accepts "?" in the view; Python then checks the real character.
     """
-    out: list[str] = []
-    i = 0
-    in_class = False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if nxt == "b" and not in_class:
-                i += 2
-                continue
-            if nxt == "w":
-                out.append(r"\pL\pN_" if in_class else r"[\pL\pN_]")
-            elif nxt == "W":
-                out.append(r"[^\pL\pN_]" if not in_class else r"\W")
-            elif nxt == "s":
-                out.append(r"\s\pZ" if in_class else r"[\s\pZ]")
-            elif nxt == "S":
-                out.append(r"[^\s\pZ]" if not in_class else r"\S")
-            else:
-                out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if c == "[" and not in_class:
-            in_class = True
-        elif c == "]" and in_class:
-            in_class = False
-        out.append(c)
-        i += 1
-    return "".join(out)
+
+    def narrow(m: re.Match[str]) -> str:
+        members = m.group(1)
+        ascii_members = "".join(c for c in members if c.isascii())
+        return "[" + ascii_members + ("\\?" if ascii_members != members else "") + "]"
+
+    return re.sub(r"\[([^\]]*)\]", narrow, pattern)
 
 
-def _re2_group(sig: _Sig) -> str:
-    body = _to_re2(sig.pattern)
-    return f"(?:{body})" if sig.cased else f"(?i:{body})"
+def _gates() -> tuple[Any, Any, list[int], list[Any], list[int]]:
+    """The signatures joined for RE2.
+
+    One pass over the ASCII view of the batch (one byte per character, so offsets are the
+    text's) finds the texts where any signature matches. For each such text an unanchored RE2
+    set says which signatures match in it, each of those is located with its own RE2 pattern,
+    and Python confirms it (look-around, checks). Strongest signatures go first, so that a text
+    whose verdict is settled costs nothing more.
+
+    Signatures in other scripts are few and rare in traffic: a pass over UTF-8 for their key
+    words (only when the batch has non-ASCII text) leads Python to search them nearby."""
+    ascii_parts: list[str] = []
+    ascii_owner: list[int] = []
+    other: list[int] = []
+    for idx, sig in enumerate(_SIGS):
+        narrowed = _narrow_classes(sig.pattern)
+        if narrowed.isascii():
+            flags = ("m" if "^" in narrowed else "") + ("" if sig.cased else "i")
+            ascii_parts.append((f"(?{flags})" if flags else "") + narrowed)
+            ascii_owner.append(idx)
+        if not sig.pattern.isascii():
+            other.append(idx)
+    gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode())
+    locators = [compile_re2(p.encode()) for p in ascii_parts]
+    return gate, anchor_set(ascii_parts, anchored=False), ascii_owner, locators, other
 
 
-_GATE = compile_re2("|".join(_re2_group(s) for s in _SIGS).encode())
-#: Encoded-payload shapes, token repetition (equal-length runs stand in for the backreference RE2
-#: lacks), pig latin and Q:/A: dialogues: cheap shapes that decide whether the Python checks run.
+_GATE, _SET, _SET_OWNER, _LOCATE, _OTHER_SCRIPTS = _gates()
+#: Set members in the order to try them: strongest first (ties: table order).
+_RANK = {
+    k: r for r, k in enumerate(sorted(range(len(_SET_OWNER)), key=lambda k: (-_SIGS[_SET_OWNER[k]].score, k)))
+}
+_OTHER_KEYWORDS = compile_re2(
+    "(?i)игнор|проигнор|забуд|не обращ|αγνο|ξεχ|önceki|yukarıdaki|"
+    "忽略|无视|忘记|忘掉|不要理会|無視|忽視|忘記|指示|命令|ルール|"
+    "이전|앞의|위의|기존|모든|지시|지침|무시|تجاهل|निर्देश|नियम|"
+    "пароль|パスワード|비밀번호|密码|密碼|envía|reenvía|base64로|base64で".encode()
+)
+
+
 _SHAPE_GATE = compile_re2(
     (
-        r"[A-Za-z0-9+/]{20,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
+        r"[A-Za-z0-9+/_\-]{20,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
         r"|(?:[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
         r"|Q: |" + "|".join(rf"(?:\S{{{n}}} ){{7,}}\S{{{n}}}" for n in range(1, 17))
     ).encode()
 )
-_PY = tuple(re.compile(s.pattern, 0 if s.cased else re.IGNORECASE) for s in _SIGS)
+_KIND_TESTS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
+    ("dialogue", re.compile(rb"Q: \Z")),
+    ("rot", re.compile(rb"(?i:rot-?\s?13|caesar|cipher)\Z")),
+    ("morse", re.compile(rb"[.\- /]+\Z")),
+    ("hex", re.compile(rb"(?:[0-9A-Fa-f]{2}[ :]?){12,}\Z")),
+    ("token", re.compile(rb"[A-Za-z0-9+/_\-]{20,}={0,2}\Z")),
+    ("spaced", re.compile(rb"(?:[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]\Z")),
+    ("pig", re.compile(rb"(?i:(?:[a-z]+ay[\s,.?!]+){4,})\Z")),
+)
+
+
+def _shape_kind(chunk: bytes) -> str:
+    """Which shape a gate hit is (the gate itself is one pattern without groups, for speed)."""
+    for kind, test in _KIND_TESTS:
+        if test.match(chunk):
+            return kind
+    return "repeat"
+
+
+_PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECASE)) for s in _SIGS)
 
 
 class InjectionDetector:
-    """Scores prompt-injection signals; see the module docstring."""
+    """Scores prompt-injection signals; see the module docstring.
+
+    `exhaustive=False` lets the detector stop collecting evidence in a text once its verdict can
+    no longer change; the engine asks for that when no injection rule redacts or strips (then
+    only the verdict matters, not every span).
+    """
 
     category = CATEGORY
+
+    def __init__(
+        self, *, exhaustive: bool = True, stop_at: float = 1.0, disabled: frozenset[str] = frozenset()
+    ) -> None:
+        self.exhaustive = exhaustive
+        self.stop_at = stop_at
+        self.disabled = disabled
 
     @property
     def rules(self) -> tuple[RuleInfo, ...]:
         return RULES
 
     def find(self, doc: Doc) -> list[Finding]:
-        todo: set[int] = set()
-        for s, _ in iter_utf8(_GATE, doc):
-            todo.add(doc.segment_index(s))
-        for s, _ in spans(_SHAPE_GATE, doc.view):
-            todo.add(doc.segment_index(s))
+        special: set[int] = set()  # texts with Unicode tricks: scanned after normalisation
         if not doc.ascii:
-            for i, seg in enumerate(doc.segments):
-                if not seg.isascii() and _SUSPICIOUS.search(seg):
-                    todo.add(i)
+            sub, picked = doc.nonascii()
+            for j, seg in enumerate(sub.segments):
+                for m in _SUSPICIOUS_CHARS.finditer(seg):
+                    if _suspicious(seg, m.start(), m.end(), 0, len(seg)):
+                        special.add(picked[j])
+                        break
         out: list[Finding] = []
-        for i in sorted(todo):
-            seg = doc.segments[i]
+        ledger = None if self.exhaustive else _Ledger(self.stop_at, self.disabled)
+        _anchored(doc, special, out, ledger)
+        _procedural(doc, special, out, ledger)
+        for i in sorted(special):
             base = doc.starts[i]
-            if not seg.isascii() and _SUSPICIOUS.search(seg):
-                norm, index = normalize(seg)
-                for s, e, rule, score in analyze(norm):
-                    out.append((base + index[s], base + index[max(s, e - 1)] + 1, rule, score))
-            else:
-                out.extend((base + s, base + e, rule, score) for s, e, rule, score in analyze(seg))
+            norm, index = normalize(doc.segments[i])
+            for s, e, rule, score in analyze(norm):
+                out.append((base + index[s], base + index[max(s, e - 1)] + 1, rule, score))
+        if self.disabled:
+            out = [f for f in out if f[2] not in self.disabled]
         return out
 
 
 def analyze(text: str, depth: int = 0) -> list[Finding]:
     """Every signal in one text, offsets relative to it. `depth` > 0 scans a decoded payload."""
+    doc = Doc([text])
     out: list[Finding] = []
-    for sig, pattern in zip(_SIGS, _PY, strict=True):
-        for m in pattern.finditer(text):
-            if m.end() > m.start() and (sig.check is None or sig.check(m)):
-                out.append((m.start(), m.end(), sig.rule, sig.score))
+    _anchored(doc, set(), out, None)
     if depth == 0:
-        _smuggled(text, out)
-        _shapes(text, out)
+        _procedural(doc, set(), out, None)
     return out
+
+
+class _Evidence:
+    """Per-text best score of each rule, so that checks which cannot change the verdict are skipped
+    (non-exhaustive mode): `done` once the combined score reaches `stop_at`."""
+
+    __slots__ = ("best", "done", "stop_at")
+
+    def __init__(self, stop_at: float) -> None:
+        self.best: dict[str, float] = {}
+        self.done = False
+        self.stop_at = stop_at
+
+    def add(self, rule: str, score: float) -> None:
+        if score > self.best.get(rule, 0.0):
+            self.best[rule] = score
+            miss = 1.0
+            for value in self.best.values():
+                miss *= 1.0 - value
+            self.done = 1.0 - miss >= self.stop_at
+
+
+class _Ledger:
+    """The evidence of every text of a batch, in non-exhaustive mode."""
+
+    __slots__ = ("disabled", "stop_at", "texts")
+
+    def __init__(self, stop_at: float, disabled: frozenset[str]) -> None:
+        self.stop_at = stop_at
+        self.disabled = disabled  # rules switched off: their signals must not settle a verdict
+        self.texts: dict[int, _Evidence] = {}
+
+    def of(self, i: int) -> _Evidence:
+        found = self.texts.get(i)
+        if found is None:
+            found = self.texts[i] = _Evidence(self.stop_at)
+        return found
+
+    def done(self, i: int) -> bool:
+        found = self.texts.get(i)
+        return found is not None and found.done
+
+
+def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | None) -> None:
+    """The pattern signatures, text by text where the gate fires; see `_gates`.
+
+    With `evidence` (non-exhaustive mode) a signature that cannot raise its rule's score in a
+    text is skipped, and once a text's verdict is settled its remaining signatures are not tried.
+    """
+    view = doc.view
+    text = doc.text
+    starts, ends = doc.starts, doc.ends
+    pos = 0
+    while (hit := next_span(_GATE, view, pos)) is not None:
+        i = doc.segment_index(hit[0])
+        seg_start, seg_end = starts[i], ends[i]
+        pos = seg_end + 1
+        if i in skip:
+            continue
+        matched = _SET.Match(view[seg_start:seg_end])
+        if not matched:
+            continue
+        known = evidence.of(i) if evidence is not None else None
+        for k in sorted(matched, key=_RANK.__getitem__):
+            idx = _SET_OWNER[k]
+            sig = _SIGS[idx]
+            if known is not None:
+                if known.done:
+                    break
+                if known.best.get(sig.rule, 0.0) >= sig.score:
+                    continue
+            at = seg_start
+            while (span := next_span(_LOCATE[k], view, at, seg_end)) is not None:
+                m = _PY[idx].match(text, span[0], seg_end)
+                if m is not None and m.end() > m.start() and (sig.check is None or sig.check(m)):
+                    out.append((m.start(), m.end(), sig.rule, sig.score))
+                    if known is not None and evidence is not None:
+                        if sig.rule not in evidence.disabled:
+                            known.add(sig.rule, sig.score)
+                        break
+                at = span[1]
+    if not doc.ascii:
+        seen: set[tuple[int, int]] = set()
+        for s, _ in iter_nonascii(_OTHER_KEYWORDS, doc):
+            i = doc.segment_index(s)
+            if i in skip or (evidence is not None and evidence.done(i)):
+                continue
+            lo, hi = max(starts[i], s - 100), min(ends[i], s + 200)
+            for idx in _OTHER_SCRIPTS:
+                sig = _SIGS[idx]
+                for m in _PY[idx].finditer(text, lo, hi):
+                    if (idx, m.start()) not in seen and (sig.check is None or sig.check(m)):
+                        seen.add((idx, m.start()))
+                        out.append((m.start(), m.end(), sig.rule, sig.score))
+
+
+def _procedural(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | None) -> None:
+    """Decoding and shape checks, run on the spans (and for the kinds) the shape gate saw."""
+    hits: dict[int, list[tuple[str, int, int]]] = {}
+    view = doc.view
+    for s, e in spans(_SHAPE_GATE, view):
+        i = doc.segment_index(s)
+        if i not in skip and (evidence is None or not evidence.done(i)):
+            base = doc.starts[i]
+            hits.setdefault(i, []).append((_shape_kind(view[s:e]), s - base, e - base))
+    for i, found in hits.items():
+        base = doc.starts[i]
+        local: list[Finding] = []
+        _decode_hits(doc.segments[i], found, local)
+        out.extend((base + s, base + e, rule, score) for s, e, rule, score in local)
 
 
 def _inner_score(decoded: str) -> float:
@@ -886,34 +1076,43 @@ def _inner_score(decoded: str) -> float:
     return max((score for _, _, rule, score in found if rule in _STRONG), default=0.0)
 
 
-def _smuggled(text: str, out: list[Finding]) -> None:
-    """Decode payloads hidden in the text and rescan them.
+def _decode_hits(text: str, hits: list[tuple[str, int, int]], out: list[Finding]) -> None:
+    """Decode the payloads the shape gate found, rescan them; check pig latin, repetition, dialogue.
 
     A payload that decodes to an injection scores like the injection. One that decodes to plain
     text is still a hidden message (0.6); when the text also asks to decode it and act on it, that
     is the token-smuggling technique itself (0.85).
     """
-    asked = _DECODE_ASK.search(text) is not None
-    plain = 0.85 if asked else 0.6
-    decoders: tuple[tuple[re.Pattern[str], Callable[[str], str | None]], ...] = (
-        (_BIN, _from_binary),
-        (_HEX, _from_hex),
-        (_MORSE, _from_morse),
-        (_B64, _from_base64),
-    )
-    taken: list[tuple[int, int]] = []
-    for pattern, decode in decoders:
-        for m in pattern.finditer(text):
-            s, e = m.span()
-            if any(s < te and ts < e for ts, te in taken):
-                continue
-            decoded = decode(m.group())
-            if decoded is None:
-                continue
-            taken.append((s, e))
+    asked: list[bool] = []
+
+    def plain_score() -> float:  # the ask is looked for only once something decoded
+        if not asked:
+            asked.append(_DECODE_ASK.search(text) is not None)
+        return 0.85 if asked[0] else 0.6
+
+    kinds = {kind for kind, _, _ in hits}
+    for kind, s, e in hits:
+        chunk = text[s:e]
+        decoded: str | None = None
+        if kind == "token":
+            decoded = (_from_hex(chunk) if _HEX.fullmatch(chunk) else None) or _from_base64(chunk)
+        elif kind == "hex":
+            decoded = _from_binary(chunk) if _BIN.fullmatch(chunk.strip()) else _from_hex(chunk)
+        elif kind == "morse":
+            decoded = _from_morse(chunk)
+        elif kind == "spaced":
+            collapsed = re.sub(r"(?<=\S)[ .\-_*](?=\S)", "", chunk).replace("  ", " ")
+            out.append((s, e, SMUGGLING, 0.95 if _inner_score(collapsed) else 0.3))
+        elif kind == "pig" and len(chunk.split()) >= 5:
+            out.append((s, e, SMUGGLING, 0.85))
+        elif kind == "repeat":
+            for m in _REPEAT.finditer(text, max(0, s - 200), min(len(text), e + 200)):
+                out.append((m.start(), m.end(), REPETITION, 0.8))
+        if decoded is not None:
             inner = _inner_score(decoded)
+            plain = plain_score()
             out.append((s, e, SMUGGLING, max(plain, min(0.95, inner + 0.05)) if inner else plain))
-    if _ROT_HINT.search(text):
+    if "rot" in kinds:
         shift_m = _SHIFT.search(text)
         shifts = (13, -int(shift_m.group(1))) if shift_m else (13,)
         targets = [(m.start(1), m.end(1)) for m in _QUOTED.finditer(text)] or [(0, len(text))]
@@ -925,23 +1124,11 @@ def _smuggled(text: str, out: list[Finding]) -> None:
                 if inner:
                     best = max(best, 0.85, inner)
                 elif _readable(decoded) and not _readable(text[s:e]):
-                    best = max(best, plain)
+                    best = max(best, plain_score())
             if best:
                 out.append((s, e, SMUGGLING, best))
-    for m in _SPACED.finditer(text):
-        collapsed = re.sub(r"(?<=\S)[ .\-_*](?=\S)", "", m.group()).replace("  ", " ")
-        inner = _inner_score(collapsed)
-        out.append((m.start(), m.end(), SMUGGLING, 0.95 if inner else 0.3))
-
-
-def _shapes(text: str, out: list[Finding]) -> None:
-    """Pig latin, token repetition and many-shot dialogue."""
-    for m in _PIG.finditer(text):
-        if len(m.group().split()) >= 5:
-            out.append((m.start(), m.end(), SMUGGLING, 0.85))
-    for m in _REPEAT.finditer(text):
-        out.append((m.start(), m.end(), REPETITION, 0.8))
-    questions = text.count("Q:")
-    if questions >= 3 and text.count("A:") >= 2:
-        first = text.find("Q:")
-        out.append((first, len(text), DIALOGUE, 0.8 if questions >= 5 else 0.5))
+    if "dialogue" in kinds:
+        questions = text.count("Q:")
+        if questions >= 3 and text.count("A:") >= 2:
+            first = text.find("Q:")
+            out.append((first, len(text), DIALOGUE, 0.8 if questions >= 5 else 0.5))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from rules.detectors._checks import char_classes, shannon_entropy
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, group_spans
+from rules.detectors.base import Doc, Finding, RuleInfo, anchor_set, compile_re2, spans
 
 CATEGORY = "secrets"
 
@@ -531,9 +531,11 @@ RULES: tuple[RuleInfo, ...] = tuple(
     RuleInfo(f"{CATEGORY}.{s.name}", CATEGORY, s.type, f"[{s.type}]", s.description) for s in _SPECS
 )
 
-_GATE = compile_re2(
-    "|".join(f"({s.anchor or s.pattern})" for s in _SPECS).replace("(?P<v>", "(?:").encode(), capture=True
-)
+_ANCHORS = [(s.anchor or s.pattern).replace("(?P<v>", "(?:") for s in _SPECS]
+_GATE = compile_re2("|".join(f"(?:{a})" for a in _ANCHORS).encode())
+#: At a gate hit, which rules' anchors match there (several may: "token" is both a generic
+#: keyword and part of "_authToken").
+_AT = anchor_set(_ANCHORS)
 _PY = tuple(re.compile(s.pattern) for s in _SPECS)
 _IDS = tuple(r.id for r in RULES)
 
@@ -587,16 +589,17 @@ class SecretsDetector:
         out: list[Finding] = []
         text = doc.text
         taken = -1
-        for groups in group_spans(_GATE, doc.view):
-            gs, ge = groups[0]
+        view = doc.view
+        for gs, ge in spans(_GATE, view):
             if gs < taken:
                 continue
-            idx = next(i for i, g in enumerate(groups[1:]) if g[0] >= 0)
             seg_start, seg_end = doc.bounds(gs)
-            hit = self._confirm(idx, text, gs, ge, seg_start, seg_end)
-            if hit is not None:
-                out.append(hit)
-                taken = hit[1]
+            for idx in _AT.Match(view[gs : gs + 64]) or ():
+                hit = self._confirm(idx, text, gs, ge, seg_start, seg_end)
+                if hit is not None:
+                    out.append(hit)
+                    taken = hit[1]
+                    break
         return out
 
     def _confirm(self, idx: int, text: str, gs: int, ge: int, seg_start: int, seg_end: int) -> Finding | None:

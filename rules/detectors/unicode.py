@@ -10,7 +10,7 @@ word, a variation selector after a symbol, the tag characters of a subdivision f
 
 from __future__ import annotations
 
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, iter_utf8
+from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, iter_nonascii
 
 CATEGORY = "unicode"
 
@@ -75,7 +75,7 @@ class UnicodeDetector:
             return []
         text = doc.text
         out: list[Finding] = []
-        for s, e in iter_utf8(_GATE, doc):
+        for s, e in iter_nonascii(_GATE, doc):
             seg_start, seg_end = doc.bounds(s)
             if _legit(text, s, e, seg_start, seg_end):
                 continue
