@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
 from rules import CompiledPolicy, PolicyError, Verdict, load_policy_file
+from rules.engine import RuleSet
 
 _READ_SIZE = 1 << 20  # bytes per read: one batch is whatever complete lines this brings
 
@@ -62,6 +66,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--jsonl",
         action="store_true",
         help='read JSON lines {"text": ...} from standard input, write one verdict per line',
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="--jsonl: processes for bulk input (default: one per CPU, up to 8; 1 disables)",
     )
     parser.add_argument("--pretty", action="store_true", help="indent the JSON (single-text mode)")
     parser.add_argument(
@@ -135,77 +145,74 @@ def _parse_line(line: bytes) -> str | Exception | None:
     return text
 
 
-class _Stream:
-    """Turns batches of input lines into verdict lines, keeping order and line numbers."""
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """The verdict lines for one batch of input lines, and what the exit status needs."""
 
-    def __init__(self, policy: CompiledPolicy, direction: str, out: IO[bytes]) -> None:
-        self.rules = policy.rule_set(direction)
-        self.out = out
-        self.line_no = 0
-        self.bad_lines = 0
-        self.blocked = 0
+    output: bytes
+    bad_lines: int
+    blocked: int
 
-    def batch(self, lines: Sequence[bytes]) -> None:
-        first = self.line_no + 1
-        self.line_no += len(lines)
-        texts: list[str] | None = None
-        try:  # the common case, every line a valid {"text": ...}: one parse for the whole batch
-            parsed = orjson.loads(b"[" + b",".join(lines) + b"]")
-            if len(parsed) == len(lines):
-                texts = [obj["text"] for obj in parsed]
-                if any(type(t) is not str for t in texts):
-                    texts = None
-        except (orjson.JSONDecodeError, TypeError, KeyError):
-            texts = None
-        if texts is not None:
-            found = self.rules.scan_sparse(texts)
-            if found:
-                get = found.get
-                chunks = [
-                    _encode(v) if (v := get(i)) is not None else _ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL
-                    for i, t in enumerate(texts)
-                ]
-                self.blocked += sum(1 for v in found.values() if v.verdict == "blocked")
-            else:
-                chunks = [_ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL for t in texts]
+
+def _scan_batch(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
+    """Verdict lines for `lines` (numbered from `first`), in order."""
+    texts: list[str] | None = None
+    try:  # the common case, every line a valid {"text": ...}: one parse for the whole batch
+        parsed = orjson.loads(b"[" + b",".join(lines) + b"]")
+        if len(parsed) == len(lines):
+            texts = [obj["text"] for obj in parsed]
+            if any(type(t) is not str for t in texts):
+                texts = None
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        texts = None
+    if texts is None:
+        return _scan_careful(rules, lines, first)
+    found = rules.scan_sparse(texts)
+    if not found:
+        return _Batch(b"".join([_ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL for t in texts]), 0, 0)
+    get = found.get
+    chunks = [
+        _encode(v) if (v := get(i)) is not None else _ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL
+        for i, t in enumerate(texts)
+    ]
+    blocked = sum(1 for v in found.values() if v.verdict == "blocked")
+    return _Batch(b"".join(chunks), 0, blocked)
+
+
+def _scan_careful(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
+    """Line by line: skip blank lines, answer invalid ones with an error, keep the order."""
+    texts: list[str] = []
+    slots: list[bytes | None] = []  # None: take the next verdict; bytes: an error line
+    bad = 0
+    for number, line in enumerate(lines, first):
+        if not line.strip():
+            continue
+        result = _parse_line(line)
+        if isinstance(result, str):
+            texts.append(result)
+            slots.append(None)
         else:
-            chunks = self._careful(lines, first)
-        self.out.write(b"".join(chunks))
-        self.out.flush()
-
-    def _careful(self, lines: Sequence[bytes], first: int) -> list[bytes]:
-        """Line by line: skip blank lines, answer invalid ones with an error, keep the order."""
-        texts: list[str] = []
-        slots: list[bytes | None] = []  # None: take the next verdict; bytes: an error line
-        for number, line in enumerate(lines, first):
-            if not line.strip():
-                continue
-            result = _parse_line(line)
-            if isinstance(result, str):
-                texts.append(result)
-                slots.append(None)
-            else:
-                slots.append(_line_error(number, str(result)))
-                self.bad_lines += 1
-        verdicts = iter(self.rules.scan_many(texts))
-        chunks: list[bytes] = []
-        for slot in slots:
-            if slot is None:
-                verdict = next(verdicts)
-                if verdict.verdict == "blocked":
-                    self.blocked += 1
-                chunks.append(_encode(verdict))
-            else:
-                chunks.append(slot)
-        return chunks
+            slots.append(_line_error(number, str(result)))
+            bad += 1
+    verdicts = iter(rules.scan_many(texts))
+    chunks: list[bytes] = []
+    blocked = 0
+    for slot in slots:
+        if slot is None:
+            verdict = next(verdicts)
+            blocked += verdict.verdict == "blocked"
+            chunks.append(_encode(verdict))
+        else:
+            chunks.append(slot)
+    return _Batch(b"".join(chunks), bad, blocked)
 
 
-def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
-    source = sys.stdin.buffer
-    # read1 returns whatever is available: a batch as soon as a line arrives, at most _READ_SIZE
+def _batches(source: IO[bytes]) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, complete lines) as input arrives: read1 returns what is
+    available, so a pipe fed one line at a time gets an answer per line."""
     read = getattr(source, "read1", source.read)
-    stream = _Stream(policy, args.direction, sys.stdout.buffer)
     pending = b""
+    line_no = 1
     while True:
         chunk = read(_READ_SIZE)
         if not chunk:
@@ -216,12 +223,73 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
             pending = data
             continue
         pending = data[cut + 1 :]
-        stream.batch(data[:cut].split(b"\n"))
+        lines = data[:cut].split(b"\n")
+        yield line_no, lines
+        line_no += len(lines)
     if pending:
-        stream.batch([pending])
-    if stream.bad_lines:
+        yield line_no, [pending]
+
+
+# A worker process's rule set: set in the parent before the fork, inherited by the children.
+_WORKER_RULES: RuleSet | None = None
+
+
+def _work(job: tuple[int, list[bytes]]) -> _Batch:
+    assert _WORKER_RULES is not None
+    return _scan_batch(_WORKER_RULES, job[1], job[0])
+
+
+def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
+    global _WORKER_RULES
+    rules = policy.rule_set(args.direction)
+    out = sys.stdout.buffer
+    bad = blocked = 0
+    batches = _batches(sys.stdin.buffer)
+    workers = _worker_count(args.workers)
+    pool: Any = None
+    pending: deque[Any] = deque()
+    try:
+        for job in batches:
+            if pool is None and workers > 1 and sum(len(line) for line in job[1]) >= _READ_SIZE // 2:
+                # Bulk input (a full read): spread batches over processes. Small or interactive
+                # input never gets here and keeps the single-process latency.
+                _WORKER_RULES = rules
+                pool = multiprocessing.get_context("fork").Pool(workers)
+            if pool is None:
+                result = _scan_batch(rules, job[1], job[0])
+                out.write(result.output)
+                out.flush()
+                bad += result.bad_lines
+                blocked += result.blocked
+                continue
+            pending.append(pool.apply_async(_work, (job,)))
+            while len(pending) >= 2 * workers or (pending and pending[0].ready()):
+                result = pending.popleft().get()
+                out.write(result.output)
+                out.flush()
+                bad += result.bad_lines
+                blocked += result.blocked
+        while pending:
+            result = pending.popleft().get()
+            out.write(result.output)
+            out.flush()
+            bad += result.bad_lines
+            blocked += result.blocked
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    if bad:
         return 1
-    return 1 if args.fail_on_block and stream.blocked else 0
+    return 1 if args.fail_on_block and blocked else 0
+
+
+def _worker_count(requested: int) -> int:
+    if requested > 0:
+        return requested
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def _list_rules(policy: CompiledPolicy) -> int:

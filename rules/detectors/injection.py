@@ -744,24 +744,14 @@ def _caesar(text: str, shift: int) -> str:
 
 # -- normalisation of Unicode tricks ---------------------------------------------------------------
 
-#: Characters that hide or disguise words: format characters, tag characters, variation
-#: selectors, full-width letters, and Cyrillic/Greek letters (suspicious only next to Latin ones).
-#: Characters that hide or disguise words: format characters, tag characters, variation
-#: selectors, full-width letters, and Cyrillic/Greek letters (suspicious only next to Latin ones).
-_SUSPICIOUS_CHARS = re.compile(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
-    "\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef\uff10-\uff19\uff21-\uff3a\uff41-\uff5a"
-    "\u0370-\u03ff\u0400-\u04ff]+"
+#: Where a text hides or disguises words: format characters (zero-width, bidi), tag characters,
+#: variation selectors, full-width letters, and Cyrillic/Greek letters touching Latin ones
+#: ("іgnore" with a Cyrillic і). Texts with a match are normalised before they are scanned.
+_TRICKS = compile_re2(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef\uff10-\uff19\uff21-\uff3a"
+    "\uff41-\uff5a]|[A-Za-z][\u0370-\u03ff\u0400-\u04ff]|[\u0370-\u03ff\u0400-\u04ff][A-Za-z]".encode()
 )
-
-
-def _suspicious(text: str, start: int, end: int, seg_start: int, seg_end: int) -> bool:
-    """A run with a hiding character, or Cyrillic/Greek letters touching Latin ones ("іgnore")."""
-    if any(not (0x370 <= ord(c) <= 0x4FF) for c in text[start:end]):
-        return True
-    before = text[start - 1] if start > seg_start else ""
-    after = text[end] if end < seg_end else ""
-    return (before.isascii() and before.isalpha()) or (after.isascii() and after.isalpha())
 
 
 #: Cyrillic and Greek letters that render like Latin ones ("іgnоre" with Cyrillic і and о).
@@ -881,11 +871,11 @@ _SHAPE_GATE = compile_re2(
     (
         r"[A-Za-z0-9+/_\-]{20,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
         r"|(?:[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
-        r"|Q: |" + "|".join(rf"(?:\S{{{n}}} ){{7,}}\S{{{n}}}" for n in range(1, 17))
+        r"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: |" + "|".join(rf"(?:\S{{{n}}} ){{7,}}\S{{{n}}}" for n in range(1, 17))
     ).encode()
 )
 _KIND_TESTS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
-    ("dialogue", re.compile(rb"Q: \Z")),
+    ("dialogue", re.compile(rb"Q: .*Q: \Z", re.DOTALL)),
     ("rot", re.compile(rb"(?i:rot-?\s?13|caesar|cipher)\Z")),
     ("morse", re.compile(rb"[.\- /]+\Z")),
     ("hex", re.compile(rb"(?:[0-9A-Fa-f]{2}[ :]?){12,}\Z")),
@@ -930,12 +920,8 @@ class InjectionDetector:
     def find(self, doc: Doc) -> list[Finding]:
         special: set[int] = set()  # texts with Unicode tricks: scanned after normalisation
         if not doc.ascii:
-            sub, picked = doc.nonascii()
-            for j, seg in enumerate(sub.segments):
-                for m in _SUSPICIOUS_CHARS.finditer(seg):
-                    if _suspicious(seg, m.start(), m.end(), 0, len(seg)):
-                        special.add(picked[j])
-                        break
+            for s, _ in iter_nonascii(_TRICKS, doc):
+                special.add(doc.segment_index(s))
         out: list[Finding] = []
         ledger = None if self.exhaustive else _Ledger(self.stop_at, self.disabled)
         _anchored(doc, special, out, ledger)
