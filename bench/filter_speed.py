@@ -172,12 +172,12 @@ def bench_presidio(texts: list[str]) -> dict[str, float]:
         (IpRecognizer(), ["IP_ADDRESS"]),
     ]
     for recognizer, entities in recognizers:  # first calls load lazily; keep them out of the timing
-        recognizer.analyze(texts[0], entities, None)
+        recognizer.analyze(texts[0], entities, None)  # type: ignore[arg-type]
     kb = kb_of(texts)
     start = time.perf_counter()
     for text in texts:
         for recognizer, entities in recognizers:
-            recognizer.analyze(text, entities, None)
+            recognizer.analyze(text, entities, None)  # type: ignore[arg-type]  # no NLP engine needed
     elapsed = time.perf_counter() - start
     return {"texts": len(texts), "kb": kb, "wall_s": elapsed, "us_per_kb": elapsed * 1e6 / kb}
 
