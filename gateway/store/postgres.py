@@ -97,6 +97,35 @@ _UNAVAILABLE_CLASSES = frozenset({"08", "28", "3D", "53", "57", "58"})
 _UNAVAILABLE_STATES = frozenset({"25006", "55P03", "40001", "40P01"})  # read-only, lock timeout, rollbacks
 _RETRY_STATES = frozenset({"40001", "40P01"})  # the transaction was rolled back whole: safe to run again
 _ATTEMPTS = 3
+# Columns of a new delivery, and of a delivery's first attempt, as they are unnested from arrays.
+_DELIVERY_COLUMNS = (
+    ("id", "text"),
+    ("event", "text"),
+    ("url", "text"),
+    ("body", "bytea"),
+    ("deadline", "float8"),
+    ("state", "text"),
+    ("attempts", "int4"),
+    ("due_at", "float8"),
+    ("lease_owner", "text"),
+    ("next_attempt_at", "float8"),
+    ("last_attempt_at", "float8"),
+    ("last_status_code", "int4"),
+    ("last_error", "text"),
+)
+_FIRST_ATTEMPT_COLUMNS = (
+    ("delivery_id", "text"),
+    ("job_id", "text"),
+    ("event", "text"),
+    ("started_at", "float8"),
+    ("duration_ms", "float8"),
+    ("status_code", "int4"),
+    ("error", "text"),
+    ("response_excerpt", "text"),
+    ("next_attempt_at", "float8"),
+)
+# SQLite's INSERT OR REPLACE into delivery_attempts: the same (delivery, attempt) logged again wins
+_ATTEMPT_UPSERT = ", ".join(f"{c} = excluded.{c}" for c, _ in _FIRST_ATTEMPT_COLUMNS if c != "delivery_id")
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -245,6 +274,39 @@ def _termination_event(conn: Any) -> asyncio.Event:
     lost = asyncio.Event()
     conn.add_termination_listener(lambda _c: lost.set())
     return lost
+
+
+def _delivery_row(d: NewDelivery, now: float, claim_for: str | None, lease: float) -> tuple[Any, ...]:
+    """A new delivery in _DELIVERY_COLUMNS order (SqliteStore's _delivery_args): unsent, it is due now
+    or leased to `claim_for`; sent once already (`first_attempt`), it is pending at its retry or done."""
+    first = d.first_attempt
+    head = (d.id, d.event, d.url, d.body, d.deadline, d.state.value)
+    if first is None:
+        due: float | None = now + lease if claim_for else now
+        return (*head, 0, due, claim_for, now, None, None, None)
+    due = d.next_attempt_at if d.state is DeliveryState.PENDING else None
+    return (*head, 1, due, None, due, first.started_at, first.status_code, _storable(first.error))
+
+
+def _first_attempt_row(f: Attempt) -> tuple[Any, ...]:
+    """A delivery's first attempt in _FIRST_ATTEMPT_COLUMNS order."""
+    return (
+        f.delivery_id,
+        f.job_id,
+        f.event,
+        f.started_at,
+        f.duration_ms,
+        f.status_code,
+        _storable(f.error),
+        _storable(f.response_excerpt),
+        f.next_attempt_at,
+    )
+
+
+def _unnest(a: _Args, columns: Sequence[tuple[str, str]], rows: Sequence[tuple[Any, ...]], alias: str) -> str:
+    """`unnest($1::text[], ...) AS alias(col, ...)`: many rows as one parameter per column."""
+    arrays = ", ".join(a([row[i] for row in rows], f"{t}[]") for i, (_, t) in enumerate(columns))
+    return f"unnest({arrays}) AS {alias}({', '.join(c for c, _ in columns)})"
 
 
 def _rowcount(status: str) -> int:
@@ -634,23 +696,30 @@ class PostgresStore:
         now: float,
         claim_for: str | None,
         lease: float,
-    ) -> str:
-        """INSERT the job's webhooks (`source` yields the job's id and tenant_id), pre-claimed by
-        `claim_for` or due at once; unclaimed ones NOTIFY the other instances."""
-        now_ref = a(now, "float8")
-        due = a(now + lease if claim_for else now, "float8")
-        rows = (
-            f"unnest({a([d.id for d in deliveries], 'text[]')}, {a([d.event for d in deliveries], 'text[]')},"
-            f" {a([d.url for d in deliveries], 'text[]')}, {a([d.body for d in deliveries], 'bytea[]')},"
-            f" {a([d.deadline for d in deliveries], 'float8[]')}) AS n(id, event, url, body, deadline)"
+    ) -> list[str]:
+        """CTEs that INSERT the job's webhooks (`source` yields the job's id and tenant_id) and the
+        first attempts of those already sent once; unsent, unclaimed ones NOTIFY the other instances."""
+        rows = [_delivery_row(d, now, claim_for, lease) for d in deliveries]
+        due_now = not claim_for and any(
+            d.first_attempt is None and d.state is DeliveryState.PENDING for d in deliveries
         )
-        notify = "" if claim_for else f" RETURNING pg_notify({a(self.channel, 'text')}, 'deliveries')"
-        return (
-            "INSERT INTO deliveries (id, job_id, tenant_id, event, url, body, state, attempts, created_at,"
-            " deadline, due_at, lease_owner, next_attempt_at)"
-            f" SELECT n.id, j.id, j.tenant_id, n.event, n.url, n.body, 'pending', 0, {now_ref}, n.deadline,"
-            f" {due}, {a(claim_for, 'text')}, {now_ref} FROM {source} j CROSS JOIN {rows}{notify}"
-        )
+        notify = f", pg_notify({a(self.channel, 'text')}, 'deliveries')" if due_now else ""
+        names = ", ".join(c for c, _ in _DELIVERY_COLUMNS)
+        ctes = [
+            f"i AS (INSERT INTO deliveries (job_id, tenant_id, created_at, {names})"
+            f" SELECT j.id, j.tenant_id, {a(now, 'float8')}, n.* FROM {source} j"
+            f" CROSS JOIN {_unnest(a, _DELIVERY_COLUMNS, rows, 'n')} RETURNING id{notify})"
+        ]
+        sent = [_first_attempt_row(d.first_attempt) for d in deliveries if d.first_attempt is not None]
+        if sent:
+            names = ", ".join(c for c, _ in _FIRST_ATTEMPT_COLUMNS)
+            ctes.append(
+                f"ia AS (INSERT INTO delivery_attempts (attempt, {names})"
+                f" SELECT 1, f.* FROM {_unnest(a, _FIRST_ATTEMPT_COLUMNS, sent, 'f')}"
+                " WHERE f.delivery_id IN (SELECT id FROM i)"
+                f" ON CONFLICT (delivery_id, attempt) DO UPDATE SET {_ATTEMPT_UPSERT})"
+            )
+        return ctes
 
     async def _stop_deliveries(self, c: Any, job_ids: Sequence[str]) -> None:
         await c.execute(Q["cancel_pending_deliveries"], list(job_ids))
@@ -691,10 +760,8 @@ class PostgresStore:
         if deliveries:
             a = _Args()
             source = f"(SELECT id, tenant_id FROM jobs WHERE id = {a(job_id, 'text')})"
-            await c.execute(
-                self._insert_deliveries(a, source, deliveries, now=now, claim_for=claim_for, lease=lease),
-                *a.values,
-            )
+            ctes = self._insert_deliveries(a, source, deliveries, now=now, claim_for=claim_for, lease=lease)
+            await c.execute(f"WITH {', '.join(ctes)} SELECT count(*) FROM i", *a.values)
         return True
 
     async def transition(
@@ -733,11 +800,10 @@ class PostgresStore:
         update = self._job_update(
             a, job_id, path, now=now, owner=owner, changes=changes, claim_for=claim_for, lease=lease
         )
-        sql = f"WITH j AS ({update})"
+        ctes = [f"j AS ({update})"]
         if deliveries:
-            insert = self._insert_deliveries(a, "j", deliveries, now=now, claim_for=claim_for, lease=lease)
-            sql += f", i AS ({insert})"
-        sql += " SELECT count(*) FROM j"
+            ctes += self._insert_deliveries(a, "j", deliveries, now=now, claim_for=claim_for, lease=lease)
+        sql = f"WITH {', '.join(ctes)} SELECT count(*) FROM j"
         return bool(await self._run(lambda c: c.fetchval(sql, *a.values)) == 1)
 
     async def submit_response(
@@ -886,10 +952,7 @@ class PostgresStore:
             f" SELECT {delivery_id}, {job_id}, {a(attempt.event, 'text')}, d.attempts, {started},"
             f" {a(attempt.duration_ms, 'float8')}, {code}, {error},"
             f" {a(_storable(attempt.response_excerpt), 'text')}, {next_at} FROM d"
-            " ON CONFLICT (delivery_id, attempt) DO UPDATE SET job_id = excluded.job_id,"
-            " event = excluded.event, started_at = excluded.started_at, duration_ms = excluded.duration_ms,"
-            " status_code = excluded.status_code, error = excluded.error,"
-            " response_excerpt = excluded.response_excerpt, next_attempt_at = excluded.next_attempt_at)"
+            f" ON CONFLICT (delivery_id, attempt) DO UPDATE SET {_ATTEMPT_UPSERT})"
         )
         if job_path is not None and not stops:
             update = self._job_update(
@@ -946,13 +1009,6 @@ class PostgresStore:
             return [r[0] for r in sorted(rows, key=lambda r: (r[1], r[0]))]
 
         return await self._run(op)
-
-    async def fail_overdue_deliveries(self, *, now: float, limit: int) -> int:
-        """Fail pending webhooks whose deadline has passed and that no worker holds, so a webhook whose
-        worker died is not sent after its deadline. The job itself is expire_due's business (a
-        webhook's deadline is its job's expires_at)."""
-        status = await self._run(lambda c: c.execute(Q["fail_overdue_deliveries"], now, limit))
-        return _rowcount(status)
 
     async def purge_finished(self, *, before: float, limit: int) -> int:
         """Lock a batch of finished jobs (SKIP LOCKED: sweepers on other instances take other jobs),

@@ -29,7 +29,7 @@ LEFT JOIN LATERAL (
 
 -- name: insert_job
 -- Idempotency across instances: the partial unique index decides which INSERT wins; the losers get no
--- row back and read the winner's job. {notify} is empty, or a pg_notify() for jobs no local worker took.
+-- row back and read the winner's job. The store appends a pg_notify() when no local worker took the job.
 INSERT INTO jobs (id, tenant_id, status, mode, policy, input_text, output_text, webhook_url,
                   secret_enc, signing_key_enc, metadata, created_at, updated_at, status_since,
                   expires_at, run_at, lease_owner, idem_key, idem_hash)
@@ -151,20 +151,6 @@ UPDATE jobs j
   FROM due
  WHERE j.id = due.id AND j.finished_at IS NULL
 RETURNING j.id, j.expires_at
-
--- name: fail_overdue_deliveries
--- Pending webhooks past their deadline that no worker holds (due, so not leased): never send them late.
-WITH overdue AS (
-    SELECT id FROM deliveries
-     WHERE state = 'pending' AND due_at <= $1 AND deadline <= $1
-     ORDER BY due_at
-     LIMIT $2
-       FOR NO KEY UPDATE SKIP LOCKED
-)
-UPDATE deliveries d
-   SET state = 'failed', due_at = NULL, next_attempt_at = NULL, lease_owner = NULL
-  FROM overdue
- WHERE d.id = overdue.id AND d.state = 'pending'
 
 -- name: purge_candidates
 SELECT id FROM jobs

@@ -445,6 +445,24 @@ async def test_notify_only_for_work_no_local_worker_took(
         ) == ["jobs"]
         [d] = await a.claim_deliveries("w2", now=now, lease=LEASE, limit=10)
         assert await sent_by(lambda: a.release_leases("w2", [], [d.id], now=now)) == ["deliveries"]
+        # sent once before it was stored, retry due later: nothing is due now, so no wake-up
+        sent = await create(a, new_job(now=now, mode=Mode.COMBINED), claim_for="w3")
+        wid = ids.webhook_id_for(sent, "job.completed")
+        first = Attempt(wid, sent, "job.completed", 1, now, 3.0, 503, "http_503", "", now + 5)
+        retry_later = NewDelivery(
+            wid,
+            "job.completed",
+            "http://r.test/",
+            b"{}",
+            now + 3600,
+            next_attempt_at=now + 5,
+            first_attempt=first,
+        )
+        path = [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING]
+        assert (
+            await sent_by(lambda: a.transition(sent, path, now=now, owner="w3", deliveries=[retry_later]))
+            == []
+        )
     finally:
         await conn.close()
 
@@ -489,28 +507,3 @@ async def test_constraint_violations_stay_exceptions(two: tuple[PostgresStore, P
     await a.create_job(job, claim_for=None, lease=LEASE, idempotency_ttl=60)
     with pytest.raises(asyncpg.UniqueViolationError):
         await b.create_job(job, claim_for=None, lease=LEASE, idempotency_ttl=60)
-
-
-async def test_fail_overdue_deliveries_fails_only_unheld_webhooks_past_their_deadline(
-    two: tuple[PostgresStore, PostgresStore],
-) -> None:
-    a, b = two
-    now = time.time()
-
-    async def with_webhook(deadline: float) -> str:
-        job_id = await create(a)
-        d = NewDelivery(ids.webhook_id(now), "job.awaiting_response", "http://r.test/", b"{}", deadline)
-        assert await a.transition(
-            job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now - 5, deliveries=[d]
-        )
-        return job_id
-
-    held = await with_webhook(now - 1)
-    [taken] = await a.claim_deliveries("w", now=now - 5, lease=LEASE, limit=10)  # in flight: left alone
-    assert taken.job_id == held
-    await with_webhook(now - 1)
-    early = await with_webhook(now + 100)
-    assert await b.fail_overdue_deliveries(now=now, limit=10) == 1
-    assert await b.fail_overdue_deliveries(now=now, limit=10) == 0
-    remaining = await a.claim_deliveries("w2", now=now, lease=LEASE, limit=10)
-    assert [d.job_id for d in remaining] == [early]
