@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway import ids
@@ -49,18 +49,6 @@ def _fail_closed(rule: str, message: str) -> dict[str, Any]:
         ],
         "error": message,
     }
-
-
-@dataclass(frozen=True, slots=True)
-class _FirstAttempt:
-    """A filtered job whose webhook goes out before anything is written (see _process_job)."""
-
-    id: str  # the derived webhook-id
-    job: Job
-    path: tuple[JobStatus, ...]
-    changes: JobChanges
-    event: WebhookEvent
-    body: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +90,6 @@ class Pipeline:
         self._deliveries = _Lane("deliveries", self.settings.webhook_max_concurrency)
         self._loops: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
-        # jobs leased to us whose first webhook attempt is in flight (their lease is renewed too)
-        self._held_jobs: set[str] = set()
         self._rng = random.Random()
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -114,7 +100,7 @@ class Pipeline:
         self._loops = [
             asyncio.create_task(self._run_lane(self._jobs, self._claim_jobs, self._process_job), name="jobs"),
             asyncio.create_task(
-                self._run_lane(self._deliveries, self._claim_deliveries, self._work_delivery),
+                self._run_lane(self._deliveries, self._claim_deliveries, self._deliver),
                 name="deliveries",
             ),
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
@@ -130,8 +116,7 @@ class Pipeline:
         pending = [t for lane in (self._jobs, self._deliveries) for t in lane.inflight.values()]
         if pending:
             await asyncio.wait(pending, timeout=grace)
-        leftover_jobs = [*self._jobs.inflight, *(j.id for j in self._jobs.local), *self._held_jobs]
-        # a first attempt's webhook id has no row yet: releasing it is a harmless no-op
+        leftover_jobs = [*self._jobs.inflight, *(j.id for j in self._jobs.local)]
         leftover_deliveries = [*self._deliveries.inflight, *(d.id for d in self._deliveries.local)]
         for lane in (self._jobs, self._deliveries):
             for task in lane.inflight.values():
@@ -216,7 +201,7 @@ class Pipeline:
         lease = self.settings.lease_seconds
         while self.accepting:
             await asyncio.sleep(lease / 3)
-            job_ids = [*self._jobs.inflight, *(j.id for j in self._jobs.local), *self._held_jobs]
+            job_ids = [*self._jobs.inflight, *(j.id for j in self._jobs.local)]
             delivery_ids = [*self._deliveries.inflight, *(d.id for d in self._deliveries.local)]
             with contextlib.suppress(StoreError):
                 await self.rt.store.renew_leases(
@@ -282,35 +267,50 @@ class Pipeline:
                 if job.webhook_url is None:
                     path.append(S.COMPLETED)
 
+        # Store first, then send: a receiver that calls back from its handler (reads the job,
+        # posts the response to `job.awaiting_response`) must see the status its webhook announces.
         now = rt.clock.now()
-        if job.webhook_url is not None and event is not None and self.accepting:
-            # Hot path: send first, then store the filter result, the delivery and its first
-            # attempt in ONE write. The job keeps its lease until then; if this process dies, the
-            # job is filtered again and sent again under the same derived webhook-id.
-            body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
-            self._held_jobs.add(job.id)
-            self._deliveries.local.append(
-                _FirstAttempt(
-                    id=ids.webhook_id_for(job.id, event.value),
-                    job=job,
-                    path=tuple(path),
-                    changes=JobChanges(**changes),
-                    event=event,
-                    body=body,
-                )
-            )
-            self._deliveries.poke()
-            return
         deliveries: list[NewDelivery] = []
-        if job.webhook_url is not None and event is not None:  # shutting down: store it unsent
+        if job.webhook_url is not None and event is not None:
             body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
             wid = ids.webhook_id_for(job.id, event.value)
             deliveries.append(NewDelivery(wid, event.value, job.webhook_url, body, deadline=job.expires_at))
+        claim = self.owner if deliveries and self.accepting else None
         ok = await rt.store.transition(
-            job.id, path, now=now, owner=self.owner, changes=JobChanges(**changes), deliveries=deliveries
+            job.id,
+            path,
+            now=now,
+            owner=self.owner,
+            changes=JobChanges(**changes),
+            deliveries=deliveries,
+            claim_for=claim,
+            lease=self.settings.lease_seconds,
         )
-        if ok and path[-1] in TERMINAL:
+        if not ok:
+            return  # cancelled, expired, or taken over after our lease ran out: someone else decides
+        if path[-1] in TERMINAL:
             rt.metrics.jobs_finished.labels(path[-1].value).inc()
+        if claim is None:
+            return
+        for new in deliveries:  # leased to us in the same write: send now, no claim round-trip
+            self._deliveries.local.append(
+                Delivery(
+                    id=new.id,
+                    job_id=job.id,
+                    tenant_id=job.tenant_id,
+                    event=new.event,
+                    url=new.url,
+                    body=new.body,
+                    state=DeliveryState.PENDING,
+                    attempts=0,
+                    deadline=new.deadline,
+                    created_at=now,
+                    secret_enc=job.secret_enc,
+                    signing_key_enc=job.signing_key_enc,
+                    job_status=path[-1],
+                )
+            )
+        self._deliveries.poke()
 
     # ---- delivery -------------------------------------------------------------------------
 
@@ -382,65 +382,6 @@ class Pipeline:
             f" last error: {result.error or result.status_code}",
         )
         return _Decision(DeliveryState.FAILED, None, (S.FAILED,) if final_event else (), changes)
-
-    async def _work_delivery(self, item: Delivery | _FirstAttempt) -> None:
-        if isinstance(item, _FirstAttempt):
-            try:
-                await self._first_attempt(item)
-            finally:
-                self._held_jobs.discard(item.job.id)
-        else:
-            await self._deliver(item)
-
-    async def _first_attempt(self, item: _FirstAttempt) -> None:
-        rt = self.rt
-        job = item.job
-        assert job.webhook_url is not None
-        started = rt.clock.now()
-        result = await self._send(
-            job.id, item.id, job.webhook_url, item.body, job.secret_enc, job.signing_key_enc
-        )
-        final_event = item.event is WebhookEvent.COMPLETED
-        decision = self._decide(result, 1, job.expires_at, final_event)
-        attempt = Attempt(
-            delivery_id=item.id,
-            job_id=job.id,
-            event=item.event.value,
-            attempt=1,
-            started_at=started,
-            duration_ms=result.duration_ms,
-            status_code=result.status_code,
-            error=result.error,
-            response_excerpt=result.response_excerpt,
-            next_attempt_at=decision.next_at,
-        )
-        delivery = NewDelivery(
-            id=item.id,
-            event=item.event.value,
-            url=job.webhook_url,
-            body=item.body,
-            deadline=job.expires_at,
-            state=decision.state,
-            next_attempt_at=decision.next_at,
-            first_attempt=attempt,
-        )
-        path = [*item.path, *decision.job_tail]
-        changes = item.changes
-        if decision.job_changes.error_code is not None:
-            changes = replace(
-                changes,
-                error_code=decision.job_changes.error_code,
-                error_message=decision.job_changes.error_message,
-            )
-        ok = await rt.store.transition(
-            job.id, path, now=rt.clock.now(), owner=self.owner, changes=changes, deliveries=[delivery]
-        )
-        if not ok:
-            return  # cancelled, expired or taken over meanwhile; a re-run re-sends under the same id
-        if path[-1] in TERMINAL:
-            rt.metrics.jobs_finished.labels(path[-1].value).inc()
-        if decision.next_at is not None and self.accepting:
-            self._wake_deliveries_at(decision.next_at)
 
     async def _deliver(self, d: Delivery) -> None:
         rt = self.rt

@@ -94,20 +94,13 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class NewDelivery:
-    """One webhook message: the same id and body on every retry (receivers dedupe on the id).
-
-    With `first_attempt`, the message was already sent once before it was stored (the hot path:
-    filter, send, then ONE write); `state` and `next_attempt_at` say what that attempt decided.
-    """
+    """One webhook message: the same id and body on every retry (receivers dedupe on the id)."""
 
     id: str
     event: str
     url: str
     body: bytes
     deadline: float
-    state: DeliveryState = DeliveryState.PENDING
-    next_attempt_at: float | None = None
-    first_attempt: Attempt | None = None
 
 
 @dataclass(frozen=True, slots=True)

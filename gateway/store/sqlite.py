@@ -130,34 +130,17 @@ def _row_to_attempt(r: Row) -> Attempt:
 def _delivery_args(
     d: NewDelivery, job_id: str, now: float, claim_for: str | None, lease: float
 ) -> dict[str, Any]:
-    """Columns of a new delivery: unsent (due now, or leased to `claim_for`), or already attempted
-    once (`first_attempt`), then pending at `next_attempt_at` or finished."""
-    first = d.first_attempt
-    pending = d.state is DeliveryState.PENDING
-    if first is None:
-        due: float | None = now + lease if claim_for else now
-        owner = claim_for
-        next_at: float | None = now
-    else:
-        due = d.next_attempt_at if pending else None
-        owner = None
-        next_at = d.next_attempt_at if pending else None
+    """A new, unsent delivery: due now, or already leased to `claim_for` (who sends it at once)."""
     return {
         "id": d.id,
         "job_id": job_id,
         "event": d.event,
         "url": d.url,
         "body": d.body,
-        "state": d.state.value,
-        "attempts": 0 if first is None else 1,
         "now": now,
         "deadline": d.deadline,
-        "due_at": due,
-        "lease_owner": owner,
-        "next_attempt_at": next_at,
-        "last_attempt_at": None if first is None else first.started_at,
-        "last_status_code": None if first is None else first.status_code,
-        "last_error": None if first is None else first.error,
+        "due_at": now + lease if claim_for else now,
+        "lease_owner": claim_for,
     }
 
 
@@ -585,8 +568,6 @@ class SqliteStore:
             c.execute(Q["cancel_pending_deliveries"], {"job_id": job_id})
         for d in deliveries:
             c.execute(Q["insert_delivery"], _delivery_args(d, job_id, now, claim_for, lease))
-            if d.first_attempt is not None:
-                c.execute(Q["insert_attempt"], _attempt_args(d.first_attempt, 1))
         return True
 
     async def transition(

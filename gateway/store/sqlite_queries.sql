@@ -37,10 +37,9 @@ SELECT {job_columns} FROM jobs
 
 -- name: insert_delivery
 INSERT INTO deliveries (id, job_id, tenant_id, event, url, body, state, attempts, created_at, deadline,
-                        due_at, lease_owner, next_attempt_at, last_attempt_at, last_status_code, last_error)
-VALUES (:id, :job_id, (SELECT tenant_id FROM jobs WHERE id = :job_id), :event, :url, :body, :state, :attempts,
-        :now, :deadline, :due_at, :lease_owner, :next_attempt_at, :last_attempt_at, :last_status_code,
-        :last_error)
+                        due_at, lease_owner, next_attempt_at)
+VALUES (:id, :job_id, (SELECT tenant_id FROM jobs WHERE id = :job_id), :event, :url, :body, 'pending', 0,
+        :now, :deadline, :due_at, :lease_owner, :now)
 
 -- name: claim_jobs
 UPDATE jobs SET run_at = :until, lease_owner = :owner

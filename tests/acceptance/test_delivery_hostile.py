@@ -392,14 +392,7 @@ async def test_timeout_is_logged_and_retried_with_the_same_webhook_id(
 
 # ---- the job as its receiver sees it while a webhook is in flight ------------------------------
 
-FIRST_ATTEMPT_BEFORE_STORE = (
-    "gateway/pipeline.py (_process_job hot path, commit 21ffbb0) sends the first webhook attempt "
-    "before the filter result and the new status are stored; until the receiver answers, the job "
-    "still reads processing_inbound with inbound=null"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=FIRST_ATTEMPT_BEFORE_STORE)
 async def test_job_reads_delivering_while_its_final_webhook_is_in_flight(
     patient: Server, receivers: Callable[[], Awaitable[HostileReceiver]]
 ) -> None:
@@ -437,7 +430,6 @@ class AnsweringReceiver(Receiver):
         return web.Response(status=200)
 
 
-@pytest.mark.xfail(strict=True, reason=FIRST_ATTEMPT_BEFORE_STORE)
 async def test_receiver_can_submit_the_response_when_told_the_job_awaits_it(patient: Server) -> None:
     """`job.awaiting_response` says the job takes `POST .../response` now; a receiver that does so
     from its handler must get a 202, not a 409 `invalid_state` naming processing_inbound."""
