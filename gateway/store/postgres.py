@@ -97,35 +97,30 @@ _UNAVAILABLE_CLASSES = frozenset({"08", "28", "3D", "53", "57", "58"})
 _UNAVAILABLE_STATES = frozenset({"25006", "55P03", "40001", "40P01"})  # read-only, lock timeout, rollbacks
 _RETRY_STATES = frozenset({"40001", "40P01"})  # the transaction was rolled back whole: safe to run again
 _ATTEMPTS = 3
-# Columns of a new delivery, and of a delivery's first attempt, as they are unnested from arrays.
+# Columns of a new delivery, as they are unnested from one array parameter each.
 _DELIVERY_COLUMNS = (
     ("id", "text"),
     ("event", "text"),
     ("url", "text"),
     ("body", "bytea"),
     ("deadline", "float8"),
-    ("state", "text"),
-    ("attempts", "int4"),
     ("due_at", "float8"),
     ("lease_owner", "text"),
-    ("next_attempt_at", "float8"),
-    ("last_attempt_at", "float8"),
-    ("last_status_code", "int4"),
-    ("last_error", "text"),
-)
-_FIRST_ATTEMPT_COLUMNS = (
-    ("delivery_id", "text"),
-    ("job_id", "text"),
-    ("event", "text"),
-    ("started_at", "float8"),
-    ("duration_ms", "float8"),
-    ("status_code", "int4"),
-    ("error", "text"),
-    ("response_excerpt", "text"),
-    ("next_attempt_at", "float8"),
 )
 # SQLite's INSERT OR REPLACE into delivery_attempts: the same (delivery, attempt) logged again wins
-_ATTEMPT_UPSERT = ", ".join(f"{c} = excluded.{c}" for c, _ in _FIRST_ATTEMPT_COLUMNS if c != "delivery_id")
+_ATTEMPT_UPSERT = ", ".join(
+    f"{c} = excluded.{c}"
+    for c in (
+        "job_id",
+        "event",
+        "started_at",
+        "duration_ms",
+        "status_code",
+        "error",
+        "response_excerpt",
+        "next_attempt_at",
+    )
+)
 
 
 def _sqlstate(exc: BaseException) -> str:
@@ -274,33 +269,6 @@ def _termination_event(conn: Any) -> asyncio.Event:
     lost = asyncio.Event()
     conn.add_termination_listener(lambda _c: lost.set())
     return lost
-
-
-def _delivery_row(d: NewDelivery, now: float, claim_for: str | None, lease: float) -> tuple[Any, ...]:
-    """A new delivery in _DELIVERY_COLUMNS order (SqliteStore's _delivery_args): unsent, it is due now
-    or leased to `claim_for`; sent once already (`first_attempt`), it is pending at its retry or done."""
-    first = d.first_attempt
-    head = (d.id, d.event, d.url, d.body, d.deadline, d.state.value)
-    if first is None:
-        due: float | None = now + lease if claim_for else now
-        return (*head, 0, due, claim_for, now, None, None, None)
-    due = d.next_attempt_at if d.state is DeliveryState.PENDING else None
-    return (*head, 1, due, None, due, first.started_at, first.status_code, _storable(first.error))
-
-
-def _first_attempt_row(f: Attempt) -> tuple[Any, ...]:
-    """A delivery's first attempt in _FIRST_ATTEMPT_COLUMNS order."""
-    return (
-        f.delivery_id,
-        f.job_id,
-        f.event,
-        f.started_at,
-        f.duration_ms,
-        f.status_code,
-        _storable(f.error),
-        _storable(f.response_excerpt),
-        f.next_attempt_at,
-    )
 
 
 def _unnest(a: _Args, columns: Sequence[tuple[str, str]], rows: Sequence[tuple[Any, ...]], alias: str) -> str:
@@ -696,30 +664,19 @@ class PostgresStore:
         now: float,
         claim_for: str | None,
         lease: float,
-    ) -> list[str]:
-        """CTEs that INSERT the job's webhooks (`source` yields the job's id and tenant_id) and the
-        first attempts of those already sent once; unsent, unclaimed ones NOTIFY the other instances."""
-        rows = [_delivery_row(d, now, claim_for, lease) for d in deliveries]
-        due_now = not claim_for and any(
-            d.first_attempt is None and d.state is DeliveryState.PENDING for d in deliveries
-        )
-        notify = f", pg_notify({a(self.channel, 'text')}, 'deliveries')" if due_now else ""
+    ) -> str:
+        """A CTE that INSERTs the job's webhooks (`source` yields the job's id and tenant_id), pending,
+        due at once or leased to `claim_for`; unclaimed ones NOTIFY the other instances."""
+        due = now + lease if claim_for else now
+        rows = [(d.id, d.event, d.url, d.body, d.deadline, due, claim_for) for d in deliveries]
+        notify = "" if claim_for else f", pg_notify({a(self.channel, 'text')}, 'deliveries')"
         names = ", ".join(c for c, _ in _DELIVERY_COLUMNS)
-        ctes = [
-            f"i AS (INSERT INTO deliveries (job_id, tenant_id, created_at, {names})"
-            f" SELECT j.id, j.tenant_id, {a(now, 'float8')}, n.* FROM {source} j"
+        now_ref = a(now, "float8")
+        return (
+            f"i AS (INSERT INTO deliveries (job_id, tenant_id, state, attempts, created_at, next_attempt_at,"
+            f" {names}) SELECT j.id, j.tenant_id, 'pending', 0, {now_ref}, {now_ref}, n.* FROM {source} j"
             f" CROSS JOIN {_unnest(a, _DELIVERY_COLUMNS, rows, 'n')} RETURNING id{notify})"
-        ]
-        sent = [_first_attempt_row(d.first_attempt) for d in deliveries if d.first_attempt is not None]
-        if sent:
-            names = ", ".join(c for c, _ in _FIRST_ATTEMPT_COLUMNS)
-            ctes.append(
-                f"ia AS (INSERT INTO delivery_attempts (attempt, {names})"
-                f" SELECT 1, f.* FROM {_unnest(a, _FIRST_ATTEMPT_COLUMNS, sent, 'f')}"
-                " WHERE f.delivery_id IN (SELECT id FROM i)"
-                f" ON CONFLICT (delivery_id, attempt) DO UPDATE SET {_ATTEMPT_UPSERT})"
-            )
-        return ctes
+        )
 
     async def _stop_deliveries(self, c: Any, job_ids: Sequence[str]) -> None:
         await c.execute(Q["cancel_pending_deliveries"], list(job_ids))
@@ -760,8 +717,8 @@ class PostgresStore:
         if deliveries:
             a = _Args()
             source = f"(SELECT id, tenant_id FROM jobs WHERE id = {a(job_id, 'text')})"
-            ctes = self._insert_deliveries(a, source, deliveries, now=now, claim_for=claim_for, lease=lease)
-            await c.execute(f"WITH {', '.join(ctes)} SELECT count(*) FROM i", *a.values)
+            insert = self._insert_deliveries(a, source, deliveries, now=now, claim_for=claim_for, lease=lease)
+            await c.execute(f"WITH {insert} SELECT count(*) FROM i", *a.values)
         return True
 
     async def transition(
@@ -802,7 +759,9 @@ class PostgresStore:
         )
         ctes = [f"j AS ({update})"]
         if deliveries:
-            ctes += self._insert_deliveries(a, "j", deliveries, now=now, claim_for=claim_for, lease=lease)
+            ctes.append(
+                self._insert_deliveries(a, "j", deliveries, now=now, claim_for=claim_for, lease=lease)
+            )
         sql = f"WITH {', '.join(ctes)} SELECT count(*) FROM j"
         return bool(await self._run(lambda c: c.fetchval(sql, *a.values)) == 1)
 

@@ -445,24 +445,6 @@ async def test_notify_only_for_work_no_local_worker_took(
         ) == ["jobs"]
         [d] = await a.claim_deliveries("w2", now=now, lease=LEASE, limit=10)
         assert await sent_by(lambda: a.release_leases("w2", [], [d.id], now=now)) == ["deliveries"]
-        # sent once before it was stored, retry due later: nothing is due now, so no wake-up
-        sent = await create(a, new_job(now=now, mode=Mode.COMBINED), claim_for="w3")
-        wid = ids.webhook_id_for(sent, "job.completed")
-        first = Attempt(wid, sent, "job.completed", 1, now, 3.0, 503, "http_503", "", now + 5)
-        retry_later = NewDelivery(
-            wid,
-            "job.completed",
-            "http://r.test/",
-            b"{}",
-            now + 3600,
-            next_attempt_at=now + 5,
-            first_attempt=first,
-        )
-        path = [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING]
-        assert (
-            await sent_by(lambda: a.transition(sent, path, now=now, owner="w3", deliveries=[retry_later]))
-            == []
-        )
     finally:
         await conn.close()
 
