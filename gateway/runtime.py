@@ -48,8 +48,14 @@ class Runtime:
         if key is None:
             return
         digest = hash_api_key(key.get_secret_value())
-        if await self.store.tenant_for_key(digest) is None:
+        if await self.store.tenant_for_key(digest) is not None:
+            return
+        try:
             await self.store.add_api_key("default", digest, self.clock.now())
+        except Exception:
+            # Another instance starting at the same moment inserted it first (unique key_hash).
+            if await self.store.tenant_for_key(digest) is None:
+                raise
 
     async def start_workers(self) -> None:
         from gateway.pipeline import Pipeline

@@ -38,6 +38,9 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///var/gateway.db"
     sqlite_synchronous: str = "FULL"
+    database_schema: str | None = None  # PostgreSQL: created if missing; isolates one deployment
+    database_pool_min: int = Field(default=2, ge=1)
+    database_pool_max: int = Field(default=10, ge=1)
     bootstrap_api_key: SecretStr | None = None
     secret_key: SecretStr | None = None
     var_dir: Path = Path("var")

@@ -13,8 +13,13 @@ def open_store(settings: Settings) -> Store:
 
         return SqliteStore(url, synchronous=settings.sqlite_synchronous)
     if url.startswith(("postgresql:", "postgres:")):
-        from gateway.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        from gateway.store.postgres import PostgresStore
 
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(
+            url,
+            min_size=settings.database_pool_min,
+            max_size=max(settings.database_pool_min, settings.database_pool_max),
+            schema=settings.database_schema,
+        )
         return store
     raise ValueError(f"unsupported GATEWAY_DATABASE_URL scheme: {url.split(':', 1)[0]!r}")

@@ -1,6 +1,6 @@
 """The Store seam: every query the API, the pipeline and the sweeper need, and nothing else.
 
-SQLite and PostgreSQL implement it; one conformance suite (tests/integration/test_store_conformance.py)
+SQLite and PostgreSQL implement it; one conformance suite (tests/integration/store/test_conformance.py)
 runs against both. Rules every implementation keeps:
 
 - A status change is a compare-and-set on the expected old status (and, for a worker, on the lease
