@@ -215,6 +215,7 @@ class AiohttpTransport(Transport):
         except UrlRefused as exc:
             return _failure(f"refused: {exc.message}", started, REFUSED)
         except aiohttp.ConnectionTimeoutError:
+            # also what a request gets that waited too long for a free connection to this destination
             return _failure("connect_timeout", started)
         except TimeoutError:  # total or read timeout (aiohttp's timeouts subclass it)
             return _failure("timeout", started)
@@ -228,8 +229,12 @@ class AiohttpTransport(Transport):
             return _failure("disconnected: server closed the connection without a response", started)
         except aiohttp.InvalidURL as exc:
             return _failure(f"refused: invalid url {exc}", started, REFUSED)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
-            return _failure(f"protocol_error: {exc}", started)
+        except aiohttp.ClientResponseError as exc:
+            # aiohttp's text carries its own pseudo-status and the full URL (query tokens and all):
+            # keep only the reason, never the URL, in the attempt log.
+            return _failure(f"protocol_error: {exc.message}", started)
+        except aiohttp.ClientPayloadError as exc:
+            return _failure(f"protocol_error: {type(exc).__name__}", started)
         except (aiohttp.ClientError, OSError) as exc:
             return _failure(f"connect_error: {type(exc).__name__}: {exc}", started)
         duration_ms = (time.perf_counter() - started) * 1000.0

@@ -427,3 +427,28 @@ async def test_mock_transport_sync_handler_results_and_url_checks() -> None:
     assert await mock.post("https://example.com/", HEADERS, BODY) is timeout
     refused = await mock.post("http://169.254.169.254/", HEADERS, BODY)
     assert refused.outcome == "refused"
+
+
+async def test_garbage_response_error_never_contains_the_url() -> None:
+    """Webhook URLs often carry a token in the query; the attempt log must not copy it."""
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    transport = AiohttpTransport(
+        timeout_seconds=2.0, connect_timeout_seconds=1.0, allow_private_networks=True
+    )
+    try:
+        result = await transport.post(f"http://127.0.0.1:{port}/hook?token=s3cr3t-value", {}, b"{}")
+    finally:
+        await transport.close()
+        server.close()
+        await server.wait_closed()
+    assert result.outcome == "retry" and result.error is not None
+    assert result.error.startswith("protocol_error")
+    assert "s3cr3t-value" not in result.error and "127.0.0.1" not in result.error
