@@ -21,8 +21,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway rules tests bench
-	$(BIN)/ruff format --check gateway rules tests bench
+	$(BIN)/ruff check gateway rules tests bench examples
+	$(BIN)/ruff format --check gateway rules tests bench examples
 	$(BIN)/mypy
 
 bench: $(STAMP)
