@@ -47,7 +47,6 @@ SECRET_LEAK = "prompt_injection.secret_exfiltration"
 DATA_LEAK = "prompt_injection.data_exfiltration"
 SMUGGLING = "prompt_injection.token_smuggling"
 SPLITTING = "prompt_injection.payload_splitting"
-REPETITION = "prompt_injection.repetition"
 DIALOGUE = "prompt_injection.fake_dialogue"
 FRAMING = "prompt_injection.hypothetical_framing"
 PERSUASION = "prompt_injection.persuasion"
@@ -71,8 +70,6 @@ RULES: tuple[RuleInfo, ...] = (
              "encoded payloads: base64, hex, binary, Morse, ROT13, pig latin, spaced-out letters"),
     RuleInfo(SPLITTING, CATEGORY, "PROMPT_INJECTION", "[PROMPT_INJECTION]",
              "payload split into parts to be joined by the model"),
-    RuleInfo(REPETITION, CATEGORY, "PROMPT_INJECTION", "[PROMPT_INJECTION]",
-             "the same token repeated many times in a row"),
     RuleInfo(DIALOGUE, CATEGORY, "PROMPT_INJECTION", "[PROMPT_INJECTION]",
              "many-shot fake question/answer dialogue"),
     RuleInfo(FRAMING, CATEGORY, "PROMPT_INJECTION", "[PROMPT_INJECTION]",
@@ -593,15 +590,14 @@ _SIGS: tuple[_Sig, ...] = (
 )
 
 
-# -- procedural signals: encoded payloads, repetition, dialogue ------------------------------------
+# -- procedural signals: encoded payloads, pig latin, dialogue -------------------------------------
 
 _B64 = re.compile(r"[A-Za-z0-9+/]{20,}={0,2}|[A-Za-z0-9_\-]{24,}")
 _HEX = re.compile(r"(?:[0-9A-Fa-f]{2}[ :]?){12,}")
 _BIN = re.compile(r"(?:[01]{8}[ ]?){6,}")
 _MORSE = re.compile(r"(?:[.\-]{1,7}[ ]+(?:/[ ]+)?){7,}[.\-]{1,7}")
-_SPACED = re.compile(r"(?:\b[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]\b")
+_SPACED = re.compile(r"(?:\b[A-Za-z][ .\-_*]{1,3}){5,}[A-Za-z]\b")
 _PIG = re.compile(r"(?:\b[a-z]+ay\b[\s,.?!]+){4,}[a-z]*ay\b", re.IGNORECASE)
-_REPEAT = re.compile(r"(?<!\S)(\S+(?:\s+\S+){0,5}?)(?:\s+\1(?!\S)){7,}")
 _ROT_HINT = re.compile(r"\brot-?\s?13\b|\bcaesar\b|\bcipher\b", re.IGNORECASE)
 _SHIFT = re.compile(r"\bshift\s+(?:of\s+)?(\d{1,2})\b", re.IGNORECASE)
 _DECODE_ASK = re.compile(
@@ -827,14 +823,13 @@ def _narrow_classes(pattern: str) -> str:
     return re.sub(r"\[([^\]]*)\]", narrow, pattern)
 
 
-def _gates() -> tuple[Any, Any, list[int], list[Any], list[int]]:
+def _gates() -> tuple[Any, Any, list[int], list[int]]:
     """The signatures joined for RE2.
 
     One pass over the ASCII view of the batch (one byte per character, so offsets are the
-    text's) finds the texts where any signature matches. For each such text an unanchored RE2
-    set says which signatures match in it, each of those is located with its own RE2 pattern,
-    and Python confirms it (look-around, checks). Strongest signatures go first, so that a text
-    whose verdict is settled costs nothing more.
+    text's) finds where signatures match. At each hit an anchored RE2 set says which signatures
+    match there, and Python confirms those (look-around, checks). A text whose verdict is
+    settled is skipped to its end.
 
     Signatures in other scripts are few and rare in traffic: a pass over UTF-8 for their key
     words (only when the batch has non-ASCII text) leads Python to search them nearby."""
@@ -850,11 +845,11 @@ def _gates() -> tuple[Any, Any, list[int], list[Any], list[int]]:
         if not sig.pattern.isascii():
             other.append(idx)
     gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode())
-    locators = [compile_re2(p.encode()) for p in ascii_parts]
-    return gate, anchor_set(ascii_parts, anchored=False), ascii_owner, locators, other
+    return gate, anchor_set(ascii_parts), ascii_owner, other
 
 
-_GATE, _SET, _SET_OWNER, _LOCATE, _OTHER_SCRIPTS = _gates()
+_GATE, _SET, _SET_OWNER, _OTHER_SCRIPTS = _gates()
+_SET_REACH = 2048  # bytes after a hit handed to the set: more than any signature spans
 #: Set members in the order to try them: strongest first (ties: table order).
 _RANK = {
     k: r for r, k in enumerate(sorted(range(len(_SET_OWNER)), key=lambda k: (-_SIGS[_SET_OWNER[k]].score, k)))
@@ -870,17 +865,17 @@ _OTHER_KEYWORDS = compile_re2(
 _SHAPE_GATE = compile_re2(
     (
         r"[A-Za-z0-9+/_\-]{20,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
-        r"|(?:[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
-        r"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: |" + "|".join(rf"(?:\S{{{n}}} ){{7,}}\S{{{n}}}" for n in range(1, 17))
+        r"|(?:[A-Za-z][ .\-_*]{1,3}){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
+        r"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: |"
+        + "|".join(rf"(?:\S{{{n}}} ){{7,}}\S{{{n}}}" for n in range(1, 17))
     ).encode()
 )
 _KIND_TESTS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
-    ("dialogue", re.compile(rb"Q: .*Q: \Z", re.DOTALL)),
     ("rot", re.compile(rb"(?i:rot-?\s?13|caesar|cipher)\Z")),
     ("morse", re.compile(rb"[.\- /]+\Z")),
     ("hex", re.compile(rb"(?:[0-9A-Fa-f]{2}[ :]?){12,}\Z")),
     ("token", re.compile(rb"[A-Za-z0-9+/_\-]{20,}={0,2}\Z")),
-    ("spaced", re.compile(rb"(?:[A-Za-z](?:[ .\-_*]|  )){5,}[A-Za-z]\Z")),
+    ("spaced", re.compile(rb"(?:[A-Za-z][ .\-_*]{1,3}){5,}[A-Za-z]\Z")),
     ("pig", re.compile(rb"(?i:(?:[a-z]+ay[\s,.?!]+){4,})\Z")),
 )
 
@@ -890,7 +885,7 @@ def _shape_kind(chunk: bytes) -> str:
     for kind, test in _KIND_TESTS:
         if test.match(chunk):
             return kind
-    return "repeat"
+    return "dialogue"
 
 
 _PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECASE)) for s in _SIGS)
@@ -998,33 +993,29 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     starts, ends = doc.starts, doc.ends
     pos = 0
     while (hit := next_span(_GATE, view, pos)) is not None:
-        i = doc.segment_index(hit[0])
-        seg_start, seg_end = starts[i], ends[i]
-        pos = seg_end + 1
+        s, pos = hit
+        i = doc.segment_index(s)
         if i in skip:
+            pos = max(pos, ends[i] + 1)
             continue
-        matched = _SET.Match(view[seg_start:seg_end])
+        matched = _SET.Match(view[s : s + _SET_REACH])
         if not matched:
             continue
+        seg_end = ends[i]
         known = evidence.of(i) if evidence is not None else None
-        for k in sorted(matched, key=_RANK.__getitem__):
+        for k in sorted(matched, key=_RANK.__getitem__) if len(matched) > 1 else matched:
             idx = _SET_OWNER[k]
             sig = _SIGS[idx]
-            if known is not None:
-                if known.done:
-                    break
-                if known.best.get(sig.rule, 0.0) >= sig.score:
-                    continue
-            at = seg_start
-            while (span := next_span(_LOCATE[k], view, at, seg_end)) is not None:
-                m = _PY[idx].match(text, span[0], seg_end)
-                if m is not None and m.end() > m.start() and (sig.check is None or sig.check(m)):
-                    out.append((m.start(), m.end(), sig.rule, sig.score))
-                    if known is not None and evidence is not None:
-                        if sig.rule not in evidence.disabled:
-                            known.add(sig.rule, sig.score)
+            if known is not None and known.best.get(sig.rule, 0.0) >= sig.score:
+                continue
+            m = _PY[idx].match(text, s, seg_end)
+            if m is not None and m.end() > m.start() and (sig.check is None or sig.check(m)):
+                out.append((m.start(), m.end(), sig.rule, sig.score))
+                if known is not None and evidence is not None and sig.rule not in evidence.disabled:
+                    known.add(sig.rule, sig.score)
+                    if known.done:
+                        pos = max(pos, seg_end + 1)  # settled: on to the next text
                         break
-                at = span[1]
     if not doc.ascii:
         seen: set[tuple[int, int]] = set()
         for s, _ in iter_nonascii(_OTHER_KEYWORDS, doc):
@@ -1063,7 +1054,7 @@ def _inner_score(decoded: str) -> float:
 
 
 def _decode_hits(text: str, hits: list[tuple[str, int, int]], out: list[Finding]) -> None:
-    """Decode the payloads the shape gate found, rescan them; check pig latin, repetition, dialogue.
+    """Decode the payloads the shape gate found, rescan them; check pig latin and dialogue.
 
     A payload that decodes to an injection scores like the injection. One that decodes to plain
     text is still a hidden message (0.6); when the text also asks to decode it and act on it, that
@@ -1087,13 +1078,11 @@ def _decode_hits(text: str, hits: list[tuple[str, int, int]], out: list[Finding]
         elif kind == "morse":
             decoded = _from_morse(chunk)
         elif kind == "spaced":
-            collapsed = re.sub(r"(?<=\S)[ .\-_*](?=\S)", "", chunk).replace("  ", " ")
+            # one separator joins letters of a word; a longer gap separates words
+            collapsed = re.sub(r"[ .\-_*]{2,}", " ", re.sub(r"(?<=\S)[ .\-_*](?=\S)", "", chunk))
             out.append((s, e, SMUGGLING, 0.95 if _inner_score(collapsed) else 0.3))
         elif kind == "pig" and len(chunk.split()) >= 5:
             out.append((s, e, SMUGGLING, 0.85))
-        elif kind == "repeat":
-            for m in _REPEAT.finditer(text, max(0, s - 200), min(len(text), e + 200)):
-                out.append((m.start(), m.end(), REPETITION, 0.8))
         if decoded is not None:
             inner = _inner_score(decoded)
             plain = plain_score()

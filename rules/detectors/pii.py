@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rules.detectors._checks import IBAN_LENGTHS, iban_ok, is_card_number, luhn_ok, ssn_ok
+from rules.detectors._checks import IBAN_LENGTHS, card_issuer_ok, iban_ok, luhn_ok, ssn_ok
 from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, spans
 
 CATEGORY = "pii"
@@ -110,12 +110,19 @@ def _context_before(text: str, seg_start: int, pos: int, width: int = 48) -> str
     return text[lo:pos].lower()
 
 
-def _closest(pattern: re.Pattern[str], window: str) -> int:
-    """End offset of the last hit of `pattern` in `window` (-1 when none): nearer wins."""
-    last = -1
-    for m in pattern.finditer(window):
-        last = m.end()
-    return last
+_LABELS = re.compile(f"(?P<pos>{_PHONE_BEFORE.pattern})|(?P<neg>{_NOT_PHONE_BEFORE.pattern})")
+
+
+def _label_before(window: str) -> tuple[int, int]:
+    """End offsets of the last phone word and of the last other-number word in `window` (-1 when
+    none): the nearer label says what the number is."""
+    pos = neg = -1
+    for m in _LABELS.finditer(window):
+        if m.lastgroup == "pos":
+            pos = m.end()
+        else:
+            neg = m.end()
+    return pos, neg
 
 
 class PiiDetector:
@@ -237,7 +244,8 @@ class PiiDetector:
     # -- numbers: cards, SSNs, phones -------------------------------------------------------------
 
     def _number(self, doc: Doc, text: str, s: int, e: int, out: list[Finding]) -> None:
-        seg_start, seg_end = doc.bounds(s)
+        i = doc.segment_index(s)
+        seg_start, seg_end = doc.starts[i], doc.ends[i]
         if s > seg_start:
             prev = text[s - 1]
             if prev.isalnum() or prev in _NUM_GLUE:
@@ -245,37 +253,39 @@ class PiiDetector:
         run = text[s:e]
         ext = _EXT.search(run) if ("x" in run or "X" in run) else None
         body = run[: ext.start()] if ext else run
-        if body.endswith(")") and "(" not in body:
+        if body[-1] == ")" and "(" not in body:
             body = body[:-1]
             e = s + len(body)
-        digits = "".join(_GROUPS.findall(body))
+        groups = _GROUPS.findall(body)
+        digits = "".join(groups)
         n = len(digits)
-        before = _context_before(text, seg_start, s)
-        if ext is None and 12 <= n <= 19 and self._card(body, digits, s, before, out):
+        if ext is None and 12 <= n <= 19 and self._card(text, body, digits, s, seg_start, out):
             return
-        if ext is None and n == 9 and self._ssn(body, digits, s, e, before, out):
+        if ext is None and n == 9 and self._ssn(text, body, digits, s, seg_start, out):
             return
         if 7 <= n <= 15:
-            self._phone(text, run, body, digits, s, e, seg_end, before, out)
+            self._phone(text, run, body, groups, digits, s, e, seg_start, seg_end, out)
 
-    def _card(self, body: str, digits: str, s: int, before: str, out: list[Finding]) -> bool:
-        if not _card_grouping(body):
+    def _card(self, text: str, body: str, digits: str, s: int, seg_start: int, out: list[Finding]) -> bool:
+        if not _card_grouping(body) or not luhn_ok(digits) or digits.count(digits[0]) == len(digits):
             return False
-        if is_card_number(digits):
+        if card_issuer_ok(digits):
             out.append((s, s + len(body), CARD, 1.0))
             return True
         # An issuer range we do not list, but the text says it is a card and the check digit agrees.
-        if luhn_ok(digits) and _CARD_BEFORE.search(before) and digits.count(digits[0]) != len(digits):
+        if _CARD_BEFORE.search(_context_before(text, seg_start, s)):
             out.append((s, s + len(body), CARD, 0.8))
             return True
         return False
 
-    def _ssn(self, body: str, digits: str, s: int, e: int, before: str, out: list[Finding]) -> bool:
+    def _ssn(self, text: str, body: str, digits: str, s: int, seg_start: int, out: list[Finding]) -> bool:
         shaped = len(body) == 11 and body[3] == body[6] and body[3] in "- " and body[:3].isdigit()
-        context = _SSN_BEFORE.search(before) is not None
-        if not (shaped or (context and body.isdigit())):
+        if not shaped and not body.isdigit():
             return False
         if not ssn_ok(digits):
+            return False
+        context = _SSN_BEFORE.search(_context_before(text, seg_start, s)) is not None
+        if not (shaped or context):
             return False
         out.append((s, s + len(body), SSN, 1.0 if context else 0.85))
         return True
@@ -285,27 +295,23 @@ class PiiDetector:
         text: str,
         run: str,
         body: str,
+        groups: list[str],
         digits: str,
         s: int,
         e: int,
+        seg_start: int,
         seg_end: int,
-        before: str,
         out: list[Finding],
     ) -> None:
-        if (
-            digits.count(digits[0]) == len(digits)
-            or _DATE.match(body)
-            or _STREET_AFTER.match(text, e, seg_end)
-        ):
+        if digits.count(digits[0]) == len(digits) or _DATE.match(body):
             return
-        groups = _GROUPS.findall(body)
         if len(groups) == 2 and "." in body and " " not in body:
             return  # a decimal number
-        international = body.startswith("+") or (body.startswith("00") and len(groups) > 1)
-        pos_at = _closest(_PHONE_BEFORE, before)
-        neg_at = _closest(_NOT_PHONE_BEFORE, before)
-        after = text[e : min(seg_end, e + 24)].lower()
-        labelled_after = _PHONE_AFTER.match(after) is not None
+        if e < seg_end and text[e] == " " and _STREET_AFTER.match(text, e, seg_end):
+            return  # "4966 Bond Street": a house number
+        international = body[0] == "+" or (body.startswith("00") and len(groups) > 1)
+        pos_at, neg_at = _label_before(_context_before(text, seg_start, s))
+        labelled_after = _PHONE_AFTER.match(text[e : min(seg_end, e + 24)].lower()) is not None
         context = pos_at > neg_at or labelled_after
         if neg_at > pos_at and not international and not labelled_after:
             return
@@ -352,9 +358,9 @@ def _card_grouping(body: str) -> bool:
     """Card numbers are written as one block or in groups of 4 (Amex/Diners 4-6-5 / 4-6-4)."""
     if body.isdigit():
         return True
-    groups = [len(g) for g in re.split(r"[ \-]", body)]
-    if any(c not in "0123456789 -" for c in body):
+    if body.strip("0123456789 -"):
         return False
+    groups = [len(g) for g in body.replace("-", " ").split(" ")]
     if all(g == 4 for g in groups[:-1]) and 1 <= groups[-1] <= 4:
         return True
     return groups in ([4, 6, 5], [4, 6, 4])
