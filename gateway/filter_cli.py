@@ -22,6 +22,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import select
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -124,6 +125,13 @@ _ALLOWED_TAIL = b',"matches":[]}\n'
 def _encode(verdict: Verdict) -> bytes:
     if not verdict.matches and verdict.message is not None:
         return _ALLOWED_HEAD + _dumps(verdict.message) + _ALLOWED_TAIL
+    if all(m.type is not None for m in verdict.matches):
+        # orjson writes the frozen dataclasses itself, field by field: the same JSON as
+        # to_dict() (which leaves out a missing type), without building the dicts
+        try:
+            return orjson.dumps(verdict, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # lone surrogates in the message: the careful path below
+            pass
     return _dumps(verdict.to_dict()) + b"\n"
 
 
@@ -208,16 +216,31 @@ def _scan_careful(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
 
 
 def _batches(source: IO[bytes]) -> Iterator[tuple[int, list[bytes]]]:
-    """(number of the first line, complete lines) as input arrives: read1 returns what is
-    available, so a pipe fed one line at a time gets an answer per line."""
+    """(number of the first line, complete lines) as input arrives.
+
+    A batch is whatever is available now, up to about _READ_SIZE: a pipe fed one line at a time
+    gets an answer per line, bulk input is scanned a megabyte at a time.
+    """
     read = getattr(source, "read1", source.read)
+    try:
+        fd: int | None = source.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
     pending = b""
     line_no = 1
     while True:
         chunk = read(_READ_SIZE)
         if not chunk:
             break
-        data = pending + chunk if pending else chunk
+        parts = [pending, chunk] if pending else [chunk]
+        size = len(pending) + len(chunk)
+        while size < _READ_SIZE and fd is not None and _readable(fd):
+            more = read(_READ_SIZE - size)
+            if not more:
+                break
+            parts.append(more)
+            size += len(more)
+        data = b"".join(parts)
         cut = data.rfind(b"\n")
         if cut < 0:
             pending = data
@@ -228,6 +251,14 @@ def _batches(source: IO[bytes]) -> Iterator[tuple[int, list[bytes]]]:
         line_no += len(lines)
     if pending:
         yield line_no, [pending]
+
+
+def _readable(fd: int) -> bool:
+    """Whether more input is there right now (so reading it will not wait for the writer)."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 # A worker process's rule set: set in the parent before the fork, inherited by the children.

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import add
 from typing import Any, Protocol
 
 import re2
@@ -31,6 +32,7 @@ Finding = tuple[int, int, str, float]
 #: edge; the NUL in between is something no detector pattern consumes.
 SEPARATOR = "\n\x00\n"
 _SEP_BYTES = SEPARATOR.encode()
+_STEP = len(SEPARATOR)
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -99,12 +101,11 @@ class Doc:
                 text = segments[0] if len(segments) == 1 else SEPARATOR.join(segments)
         self.segments: list[str] = segments
         self.text: str = text
-        step = len(SEPARATOR)
-        lengths = [len(t) for t in segments]
-        starts = [0, *accumulate(n + step for n in lengths)]
+        lengths = list(map(len, segments))
+        starts = [0, *accumulate(map(_STEP.__add__, lengths))]
         starts.pop()
         self.starts: list[int] = starts
-        self.ends: list[int] = [s + n for s, n in zip(starts, lengths, strict=True)]
+        self.ends: list[int] = list(map(add, starts, lengths))
         self._view: bytes | None = None
         self._byte_starts: list[int] | None = None
         self._lower: str | None = None
