@@ -215,7 +215,9 @@ class Procs:
 
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:
-    group = Procs(root=tmp_path / "gw", env=dict(FAST_ENV))
+    root = tmp_path / "gw"
+    # SQLite, explicitly: these tests lock and starve the file, whatever backend the harness defaults to
+    group = Procs(root=root, env={"GATEWAY_DATABASE_URL": f"sqlite:///{root}/gateway.db", **FAST_ENV})
     try:
         yield group
     finally:
