@@ -304,13 +304,17 @@ async def wait_terminal(
 
 
 def check_arrivals(receiver: FaultReceiver, secrets: Mapping[str, str]) -> dict[tuple[str, str], set[str]]:
-    """Every arrival verifies with the published verifier and its job's secret, and names its job and
-    event in headers and body alike. Returns the webhook-ids seen per (job, event)."""
+    """Every arrival verifies with the published verifier and its job's secret, and every arrival of
+    one webhook-id carries the same bytes (retries, and re-sends after a crash or a stop, resend the
+    stored body). Returns the webhook-ids seen per (job, event)."""
     ids: dict[tuple[str, str], set[str]] = {}
+    bodies: dict[str, bytes] = {}
     for payload, received in receiver.arrivals():
         job_id = payload["job_id"]
         assert job_id in secrets, f"a webhook for a job nobody created: {job_id}"
         verified = Webhook(secrets[job_id]).verify(received.body, received.headers)
         assert verified["job_id"] == job_id
-        ids.setdefault((job_id, payload["event"]), set()).add(received.headers["webhook-id"])
+        wid = received.headers["webhook-id"]
+        assert bodies.setdefault(wid, received.body) == received.body, f"{wid} re-sent with another body"
+        ids.setdefault((job_id, payload["event"]), set()).add(wid)
     return ids
