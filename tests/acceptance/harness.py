@@ -2,18 +2,25 @@
 
 No mocks of our own code: the server is started as users start it, the receiver is a plain aiohttp
 app that records what arrives and verifies signatures with the published `standardwebhooks` package.
+
+A `Server` uses its own SQLite file under `root` unless it is given `database_url` (and, for
+PostgreSQL, `database_schema`), or is built inside `postgres_by_default(url)`: then it gets a fresh
+schema of its own in that database, dropped when the block ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,69 @@ import httpx
 from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[2]
+# Where tests find PostgreSQL (the same variable and default as tests/integration/store).
+POSTGRES_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _run_async(make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run a coroutine to completion in a thread of its own: callers may be inside a running loop."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, make()).result()
+
+
+def postgres_problem(url: str = POSTGRES_URL) -> str | None:
+    """Why the PostgreSQL at `url` cannot be used, or None when it answers."""
+    import asyncpg
+
+    async def connect() -> None:
+        conn = await asyncpg.connect(url, timeout=3)
+        await conn.close()
+
+    try:
+        _run_async(connect)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def new_schema_name(prefix: str = "acc") -> str:
+    """A schema name no other test uses; the gateway creates the schema when it starts."""
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+def drop_schemas(url: str, names: list[str]) -> None:
+    """DROP SCHEMA ... CASCADE for each name (missing ones are fine)."""
+    import asyncpg
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(url, timeout=5)
+        try:
+            await conn.execute("SET lock_timeout = '10s'")
+            for name in names:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            await conn.close()
+
+    if names:
+        _run_async(drop)
+
+
+_default_postgres: tuple[str, list[str]] | None = None  # (url, schemas handed out) while active
+
+
+@contextlib.contextmanager
+def postgres_by_default(url: str) -> Iterator[list[str]]:
+    """While active, every `Server` built without a `database_url` runs on PostgreSQL at `url`, each
+    in a fresh schema of its own; the schemas (yielded as a list) are dropped when the block ends."""
+    global _default_postgres
+    previous = _default_postgres
+    schemas: list[str] = []
+    _default_postgres = (url, schemas)
+    try:
+        yield schemas
+    finally:
+        _default_postgres = previous
+        drop_schemas(url, schemas)
 
 
 def free_port() -> int:
@@ -94,7 +164,8 @@ class Receiver:
 
 @dataclass
 class Server:
-    """`gateway serve` in a subprocess with its own database under `root`."""
+    """`gateway serve` in a subprocess with its own database under `root` (SQLite), or on
+    `database_url` (e.g. PostgreSQL, in `database_schema` when given)."""
 
     root: Path
     env_overrides: Mapping[str, str] = field(default_factory=dict)
@@ -102,6 +173,17 @@ class Server:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    database_url: str | None = None  # None: sqlite:///{root}/gateway.db
+    database_schema: str | None = None  # GATEWAY_DATABASE_SCHEMA (PostgreSQL only)
+    serve_args: Sequence[str] = ()  # more `gateway serve` arguments, e.g. ("--no-workers",)
+
+    def __post_init__(self) -> None:
+        if self.database_url is None and _default_postgres is not None:
+            url, schemas = _default_postgres
+            self.database_url = url
+            if self.database_schema is None:
+                self.database_schema = new_schema_name()
+                schemas.append(self.database_schema)
 
     @property
     def base(self) -> str:
@@ -111,7 +193,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         env.update(
             {
-                "GATEWAY_DATABASE_URL": f"sqlite:///{self.root}/gateway.db",
+                "GATEWAY_DATABASE_URL": self.database_url or f"sqlite:///{self.root}/gateway.db",
                 "GATEWAY_VAR_DIR": str(self.root),
                 "GATEWAY_POLICY_DIR": str(REPO / "config" / "policies"),
                 "GATEWAY_BOOTSTRAP_API_KEY": self.api_key,
@@ -124,6 +206,8 @@ class Server:
                 "GATEWAY_CONFIG_FILE": str(self.root / "none.toml"),
             }
         )
+        if self.database_schema is not None:
+            env["GATEWAY_DATABASE_SCHEMA"] = self.database_schema
         env.update(self.env_overrides)
         return env
 
@@ -134,7 +218,7 @@ class Server:
         self.log_path = self.root / f"server-{self.port}.log"
         with self.log_path.open("ab") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port)],
+                [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), *self.serve_args],
                 env=self.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
