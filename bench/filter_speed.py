@@ -7,18 +7,18 @@ texts).
 
 - ours: the real CLI, `gateway filter --jsonl`, in a subprocess, with a policy enabling every pack
   (pii, secrets, prompt_injection, unicode, and custom keyword + regex rules), fed the corpora
-  texts repeated to about `--mb` MB and to twice that. The steady-state figure is the cost of the
-  second half: (wall(2x) - wall(1x)) / KB(1x), which leaves out what a run pays once (interpreter
-  start-up, imports, policy compile, RE2 building its DFAs on the first megabytes). The figure
-  for the whole run, start-up included, is printed too. Both for one process (`--workers 1`) and
-  for the CLI's default (one worker process per CPU for bulk input).
+  texts repeated to about `--mb` MB and to twice that. Throughput is the large run's wall time
+  minus the start-up of a one-line run (interpreter, imports, policy compile), per KB; the whole
+  run with start-up, and the marginal cost of its second half (which also leaves out RE2 building
+  its DFAs on the first megabytes), are printed too. Both for one process (`--workers 1`) and for
+  the CLI's default (one worker process per CPU for bulk input).
 - ours in-process: compile + `scan_many` (warm) and a plain per-text `scan` loop, for reference.
 - Presidio: EmailRecognizer, CreditCardRecognizer, PhoneRecognizer, IbanRecognizer,
   UsSsnRecognizer, IpRecognizer, each called as `Recognizer.analyze(text, entities, None)` on every
   text (no NLP engine), over the corpora texts (repeated `--presidio-repeat` times), after one
   call each so their lazy set-up is not timed.
 
-Exits 1 if the steady-state ratio of the default CLI is below --min-ratio.
+Exits 1 if the ratio for the default CLI (start-up excluded) is below --min-ratio.
 """
 
 from __future__ import annotations
@@ -97,8 +97,12 @@ def run_cli(cmd: list[str], payload: bytes, workdir: Path) -> tuple[float, bytes
 
 
 def bench_ours(texts: list[str], target_mb: float, workdir: Path, workers: int) -> dict[str, float]:
-    """The CLI on about `target_mb` and on twice that: the difference is the steady-state cost,
-    free of start-up (interpreter, imports, policy compile) and of RE2's one-time DFA warm-up."""
+    """The CLI on about `target_mb` and on twice that (best of two runs each).
+
+    `us_per_kb` is the large run minus the start-up of a one-line run (interpreter, imports,
+    policy compile): what the brief asks for. `us_per_kb_marginal` is the cost of the second half
+    alone, which also leaves out RE2's one-time DFA warm-up, but is the difference of two noisy
+    timings, so it is only printed."""
     policy_dir = workdir / "policies"
     policy_dir.mkdir(exist_ok=True)
     (policy_dir / "allpacks.toml").write_text(ALL_PACKS_POLICY)
@@ -131,13 +135,15 @@ def bench_ours(texts: list[str], target_mb: float, workdir: Path, workers: int) 
         runs[n] = best
     startup = min(run_cli(cmd, lines[0] + b"\n", workdir)[0] for _ in range(3))
     small, large = runs[copies], runs[2 * copies]
+    kb_large = kb_copy * 2 * copies
     return {
         "texts": len(texts) * 2 * copies,
-        "kb": kb_copy * 2 * copies,
+        "kb": kb_large,
         "startup_s": startup,
         "wall_s": large,
-        "us_per_kb": max(large - small, 1e-9) * 1e6 / (kb_copy * copies),
-        "us_per_kb_with_startup": large * 1e6 / (kb_copy * 2 * copies),
+        "us_per_kb": max(large - startup, 1e-9) * 1e6 / kb_large,
+        "us_per_kb_with_startup": large * 1e6 / kb_large,
+        "us_per_kb_marginal": (large - small) * 1e6 / (kb_copy * copies) if large > small else float("nan"),
     }
 
 
@@ -218,13 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     inproc = bench_in_process(texts * 4)
     presidio = bench_presidio(texts * args.presidio_repeat)
     print()
-    print("gateway filter --jsonl (subprocess, every pack enabled; steady state = cost of the second")
-    print(f"{args.mb:g} MB, i.e. wall(2x) - wall(1x), best of 2; start-up and DFA warm-up excluded):")
+    print("gateway filter --jsonl (subprocess, every pack enabled; throughput = wall of the large run")
+    print("minus the start-up of a one-line run, per KB; marginal = cost of its second half alone):")
     for label, run in (("--workers 1", single), ("default workers", default)):
         steady, whole, mb = run["us_per_kb"], run["us_per_kb_with_startup"], run["kb"] / 1024
         print(
-            f"  {label:16s} {steady:7.1f} us/KB steady state; {whole:7.1f} us/KB for the whole {mb:.1f} MB "
-            f"run; start-up {run['startup_s'] * 1e3:.0f} ms"
+            f"  {label:16s} {steady:7.1f} us/KB; {whole:7.1f} us/KB with start-up ({mb:.1f} MB, start-up "
+            f"{run['startup_s'] * 1e3:.0f} ms); marginal {run['us_per_kb_marginal']:.1f} us/KB"
         )
     print("rules in-process (same policy, warm):")
     print(f"  compile {inproc['compile_ms']:.0f} ms; scan_many {inproc['batch_us_per_kb']:.1f} us/KB; "
@@ -238,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     ratio_inproc = presidio["us_per_kb"] / inproc["batch_us_per_kb"]
     print()
     print(
-        f"ratio Presidio / gateway filter: {ratio:.0f}x steady state ({ratio_single:.0f}x with --workers 1);"
-        f" {ratio_whole:.0f}x over the whole run; {ratio_inproc:.0f}x in-process scan_many on one CPU"
+        f"ratio Presidio / gateway filter: {ratio:.0f}x ({ratio_single:.0f}x with --workers 1);"
+        f" {ratio_whole:.0f}x with start-up; {ratio_inproc:.0f}x in-process scan_many on one CPU"
     )
     ok = ratio >= args.min_ratio
-    print(f"target >= {args.min_ratio:.0f}x (steady state, default CLI): {'met' if ok else 'MISSED'}")
+    print(f"target >= {args.min_ratio:.0f}x (default CLI, start-up excluded): {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
 
 

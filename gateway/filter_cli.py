@@ -215,8 +215,8 @@ def _scan_careful(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
     return _Batch(b"".join(chunks), bad, blocked)
 
 
-def _batches(source: IO[bytes]) -> Iterator[tuple[int, list[bytes]]]:
-    """(number of the first line, complete lines) as input arrives.
+def _batches(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(number of the first line, complete lines joined by newlines) as input arrives.
 
     A batch is whatever is available now, up to about _READ_SIZE: a pipe fed one line at a time
     gets an answer per line, bulk input is scanned a megabyte at a time.
@@ -246,11 +246,11 @@ def _batches(source: IO[bytes]) -> Iterator[tuple[int, list[bytes]]]:
             pending = data
             continue
         pending = data[cut + 1 :]
-        lines = data[:cut].split(b"\n")
-        yield line_no, lines
-        line_no += len(lines)
+        chunk = data[:cut]
+        yield line_no, chunk
+        line_no += chunk.count(b"\n") + 1
     if pending:
-        yield line_no, [pending]
+        yield line_no, pending
 
 
 def _readable(fd: int) -> bool:
@@ -265,9 +265,10 @@ def _readable(fd: int) -> bool:
 _WORKER_RULES: RuleSet | None = None
 
 
-def _work(job: tuple[int, list[bytes]]) -> _Batch:
+def _work(first: int, chunk: bytes) -> _Batch:
+    """In a worker process: the lines travel as one bytes object (cheap to pass), split here."""
     assert _WORKER_RULES is not None
-    return _scan_batch(_WORKER_RULES, job[1], job[0])
+    return _scan_batch(_WORKER_RULES, chunk.split(b"\n"), first)
 
 
 def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
@@ -280,20 +281,20 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
     pool: Any = None
     pending: deque[Any] = deque()
     try:
-        for job in batches:
-            if pool is None and workers > 1 and sum(len(line) for line in job[1]) >= _READ_SIZE // 2:
+        for first, chunk in batches:
+            if pool is None and workers > 1 and len(chunk) >= _READ_SIZE // 2:
                 # Bulk input (a full read): spread batches over processes. Small or interactive
                 # input never gets here and keeps the single-process latency.
                 _WORKER_RULES = rules
                 pool = multiprocessing.get_context("fork").Pool(workers)
             if pool is None:
-                result = _scan_batch(rules, job[1], job[0])
+                result = _scan_batch(rules, chunk.split(b"\n"), first)
                 out.write(result.output)
                 out.flush()
                 bad += result.bad_lines
                 blocked += result.blocked
                 continue
-            pending.append(pool.apply_async(_work, (job,)))
+            pending.append(pool.apply_async(_work, (first, chunk)))
             while len(pending) >= 2 * workers or (pending and pending[0].ready()):
                 result = pending.popleft().get()
                 out.write(result.output)
