@@ -191,8 +191,11 @@ class Pipeline:
         def done(t: asyncio.Task[None], key: str = item.id) -> None:
             lane.inflight.pop(key, None)
             lane.wake.set()
-            if not t.cancelled() and t.exception() is not None:
-                log.error("%s %s crashed", lane.name, key, exc_info=t.exception())
+            exc = None if t.cancelled() else t.exception()
+            if isinstance(exc, StoreError):  # the database is unavailable: the lease brings it back
+                log.warning("%s %s: %s (will be retried when its lease runs out)", lane.name, key, exc)
+            elif exc is not None:
+                log.error("%s %s crashed", lane.name, key, exc_info=exc)
 
         task.add_done_callback(done)
 

@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=15,
         server_header=False,
     )
+    # uvicorn re-raises the signal it caught once its graceful shutdown is done; with the default
+    # handler that would end the process as "killed by SIGTERM" (-15) after a clean stop.
+    signal.signal(signal.SIGTERM, lambda *_: None)
     uvicorn.Server(config).run()
     return 0
 

@@ -38,6 +38,7 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///var/gateway.db"
     sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_seconds: float = Field(default=5.0, gt=0)
     database_schema: str | None = None  # PostgreSQL: created if missing; isolates one deployment
     database_pool_min: int = Field(default=2, ge=1)
     database_pool_max: int = Field(default=10, ge=1)

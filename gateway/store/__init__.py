@@ -11,7 +11,9 @@ def open_store(settings: Settings) -> Store:
     if url.startswith("sqlite:"):
         from gateway.store.sqlite import SqliteStore
 
-        return SqliteStore(url, synchronous=settings.sqlite_synchronous)
+        return SqliteStore(
+            url, synchronous=settings.sqlite_synchronous, busy_timeout=settings.sqlite_busy_timeout_seconds
+        )
     if url.startswith(("postgresql:", "postgres:")):
         from gateway.store.postgres import PostgresStore
 

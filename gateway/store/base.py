@@ -146,6 +146,14 @@ class JobChanges:
     error_message: str | None = None
 
 
+def expiry_changes(status: JobStatus) -> JobChanges:
+    """What a job records when it expires (the sweeper, or a request that finds it overdue)."""
+    return JobChanges(
+        error_code="job_expired",
+        error_message=f"the job did not finish before expires_at (it was {status.value})",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyRecord:
     name: str

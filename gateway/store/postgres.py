@@ -56,6 +56,7 @@ from gateway.store.base import (
     QueueStat,
     QueueStats,
     StoreError,
+    expiry_changes,
 )
 from gateway.store.sqlfile import load_migrations, load_queries
 
@@ -807,19 +808,39 @@ class PostgresStore:
 
         async def op(c: Any) -> CasResult:
             async with c.transaction():
-                ok = await self._transition_stopping(
-                    c,
-                    job_id,
-                    (JobStatus.PROCESSING_INBOUND, JobStatus.CANCELLED),
-                    now=now,
-                    owner=None,
-                    changes=JobChanges(error_code="cancelled", error_message="cancelled by the API"),
-                    deliveries=(),
-                    claim_for=None,
-                    lease=0.0,
-                    tenant_id=tenant_id,
-                    from_any=NON_TERMINAL,
-                )
+                # Lock the job first (the lock order everywhere: a job before its webhooks).
+                found = await c.fetchrow(Q["lock_job_for_cancel"], job_id, tenant_id)
+                overdue = found is not None and JobStatus(found[1]) not in TERMINAL and found[0] <= now
+                ok = False
+                if overdue:
+                    # Past expires_at but not swept yet: it is expired, not cancellable (409
+                    # job_expired), the same answer POST /response gives.
+                    await self._transition_stopping(
+                        c,
+                        job_id,
+                        (JobStatus(found[1]), JobStatus.EXPIRED),
+                        now=now,
+                        owner=None,
+                        changes=expiry_changes(JobStatus(found[1])),
+                        deliveries=(),
+                        claim_for=None,
+                        lease=0.0,
+                        tenant_id=tenant_id,
+                    )
+                elif found is not None:
+                    ok = await self._transition_stopping(
+                        c,
+                        job_id,
+                        (JobStatus.PROCESSING_INBOUND, JobStatus.CANCELLED),
+                        now=now,
+                        owner=None,
+                        changes=JobChanges(error_code="cancelled", error_message="cancelled by the API"),
+                        deliveries=(),
+                        claim_for=None,
+                        lease=0.0,
+                        tenant_id=tenant_id,
+                        from_any=NON_TERMINAL,
+                    )
             row = await c.fetchrow(Q["get_job"], job_id, tenant_id)
             return CasResult(ok, None if row is None else _row_to_job_with_summary(row))
 

@@ -206,3 +206,6 @@ SELECT name, source, updated_at FROM policies WHERE tenant_id = $1 ORDER BY name
 
 -- name: delete_policy
 DELETE FROM policies WHERE tenant_id = $1 AND name = $2
+
+-- name: lock_job_for_cancel
+SELECT expires_at, status FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE

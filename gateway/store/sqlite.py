@@ -41,6 +41,7 @@ from gateway.store.base import (
     QueueStat,
     QueueStats,
     StoreError,
+    expiry_changes,
 )
 from gateway.store.sqlfile import load_migrations, load_queries
 
@@ -193,9 +194,9 @@ def _with_summaries(conn: sqlite3.Connection, rows: Sequence[Row]) -> list[Job]:
     return [row_to_job(r, sums.get(r[0], empty) if r[9] is not None else None) for r in rows]
 
 
-def _connect(path: str, synchronous: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    conn.execute("PRAGMA busy_timeout = 10000")
+def _connect(path: str, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -207,15 +208,18 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 class _Thread:
     """One sqlite3 connection, used only from its own thread."""
 
-    def __init__(self, path: str, synchronous: str, name: str) -> None:
+    def __init__(self, path: str, synchronous: str, busy_timeout: float, name: str) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._path = path
         self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
         self.conn: sqlite3.Connection | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.conn = await loop.run_in_executor(self._pool, _connect, self._path, self._synchronous)
+        self.conn = await loop.run_in_executor(
+            self._pool, _connect, self._path, self._synchronous, self._busy_timeout
+        )
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self.conn
@@ -296,15 +300,17 @@ def sqlite_path(url: str) -> str:
 
 
 class SqliteStore:
-    def __init__(self, url: str, *, synchronous: str = "NORMAL", readers: int = 2) -> None:
+    def __init__(
+        self, url: str, *, synchronous: str = "NORMAL", readers: int = 2, busy_timeout: float = 5.0
+    ) -> None:
         self.path = sqlite_path(url)
         if self.path == ":memory:":
             raise ValueError("use a file path: readers and the writer need to share the database")
         sync = synchronous.upper()
         if sync not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"bad synchronous setting {synchronous!r}")
-        self._writer = _Thread(self.path, sync, "sqlite-writer")
-        self._readers = [_Thread(self.path, sync, f"sqlite-reader-{i}") for i in range(readers)]
+        self._writer = _Thread(self.path, sync, busy_timeout, "sqlite-writer")
+        self._readers = [_Thread(self.path, sync, busy_timeout, f"sqlite-reader-{i}") for i in range(readers)]
         self._next_reader = itertools.cycle(range(readers))
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
         self._drainer: asyncio.Task[None] | None = None
@@ -376,6 +382,10 @@ class SqliteStore:
                 results = await self._writer.run(lambda c, fns=fns: _run_batch(c, fns))  # type: ignore[misc]
             except sqlite3.Error as exc:
                 err = StoreError(f"database write failed: {exc}")
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    # Writes queued while this batch waited out the busy timeout would each wait
+                    # it out again: fail them now too, so every caller gets its 503 promptly.
+                    batch, self._pending = batch + self._pending, []
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(err)
@@ -635,7 +645,22 @@ class SqliteStore:
                 return CasResult(False, None)
             status = JobStatus(row[2])
             ok = False
-            if status not in TERMINAL:
+            if status not in TERMINAL and row[15] <= now:
+                # Past expires_at but not swept yet: it is expired, not cancellable (409 job_expired),
+                # the same answer POST /response gives.
+                self._transition_op(
+                    c,
+                    job_id,
+                    (status, JobStatus.EXPIRED),
+                    now=now,
+                    owner=None,
+                    changes=expiry_changes(status),
+                    deliveries=(),
+                    claim_for=None,
+                    lease=0.0,
+                    tenant_id=tenant_id,
+                )
+            elif status not in TERMINAL:
                 ok = self._transition_op(
                     c,
                     job_id,
@@ -772,10 +797,7 @@ class SqliteStore:
                     (JobStatus(status), JobStatus.EXPIRED),
                     now=now,
                     owner=None,
-                    changes=JobChanges(
-                        error_code="job_expired",
-                        error_message=f"the job did not finish before expires_at (it was {status})",
-                    ),
+                    changes=expiry_changes(JobStatus(status)),
                     deliveries=(),
                     claim_for=None,
                     lease=0.0,

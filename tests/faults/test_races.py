@@ -327,11 +327,6 @@ async def test_racing_on_two_store_instances_matches_some_serial_order(
     print(f"\nfinal statuses over 40 races from {start.value}: {dict(outcomes)}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cancel_job ignores expires_at: after expires_at and before the sweep, /response answers "
-    "409 job_expired but DELETE still cancels the job (gateway/store/sqlite.py cancel_job)",
-)
 async def test_a_job_past_expires_at_cannot_be_cancelled_in_store(tmp_path: Path) -> None:
     store = SqliteStore(f"sqlite:///{tmp_path}/late.db")
     await store.open()
@@ -420,8 +415,8 @@ async def test_delete_and_response_racing_expiry_and_delivery_end_in_one_consist
             assert respond.json()["status"] in {"processing_outbound", "delivering", "completed"}
         else:
             code = respond.json()["error"]["code"]
-            # (`job_expired` then cancelled by a DELETE before the sweep: the xfail tests above)
-            assert code != "job_expired" or final in {"expired", "cancelled"}
+            # once /response says job_expired, no DELETE can cancel it any more
+            assert code != "job_expired" or final == "expired"
             assert code != "invalid_state" or final in {"cancelled", "expired"}
         # completed only through an accepted response, a webhook that arrived, no successful DELETE
         if final == "completed":
@@ -438,12 +433,6 @@ async def _status_in(client: httpx.AsyncClient, job_id: str, statuses: set[str])
     return r.json()["status"] in statuses
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DELETE cancels a job whose expires_at has passed but that the sweeper has not reached "
-    "yet, right after POST /response called it job_expired (gateway/store/sqlite.py cancel_job "
-    "does not check expires_at)",
-)
 async def test_delete_after_expires_at_answers_job_expired_like_response_does(procs: Procs) -> None:
     # the sweeper runs once at start, then not for an hour: the job stays unswept past expires_at
     server = procs.serve(env={"GATEWAY_SWEEP_INTERVAL_SECONDS": "3600"})

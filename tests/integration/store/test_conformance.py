@@ -326,3 +326,17 @@ async def test_receiver_text_with_nul_is_recorded(store: Store) -> None:
     assert logged.status_code == 500 and logged.response_excerpt is not None
     assert logged.response_excerpt.startswith("body") and logged.response_excerpt.endswith("here")
 
+
+async def test_a_job_past_expires_at_is_expired_not_cancelled(store: Store) -> None:
+    """Not swept yet, but overdue: cancel answers like /response does (expired), on every store."""
+    now = time.time()
+    job_id = await create(store, new_job(now=now, ttl=10))
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 10)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
+    )
+    result = await store.cancel_job("t1", job_id, now=now + 11)
+    assert not result.ok and result.job is not None
+    assert result.job.status is S.EXPIRED and result.job.error_code == "job_expired"
+    assert await store.claim_deliveries("w", now=now + 11, lease=LEASE, limit=10) == []
+    assert await store.expire_due(now=now + 12, limit=10) == []
