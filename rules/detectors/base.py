@@ -176,6 +176,15 @@ class Doc:
             return self.ends[i] + (rel - len(seg.encode("utf-8")))
         return self.starts[i] + len(head)
 
+    def byte_start(self, i: int) -> int:
+        """Where text `i` starts in `data`."""
+        if self.ascii:
+            return self.starts[i]
+        if self._byte_starts is None:
+            self.char(0)  # builds them
+        assert self._byte_starts is not None
+        return self._byte_starts[i]
+
     def segment_index(self, pos: int) -> int:
         """Which text `pos` lies in (the one before it when `pos` is in a separator)."""
         if len(self.starts) == 1:
@@ -295,6 +304,27 @@ def iter_view(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     return spans(regex, doc.view)
 
 
+def doc_spans(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
+    """Spans of an RE2 pattern over `Doc.view` (so: char offsets into `doc.text`).
+
+    A match that runs past the end of its text (patterns with `\\W+` or `[^.]` can cross the
+    separator) does not hide the start of the next text: the search resumes there, so a batch
+    sees every match that texts scanned one by one would.
+    """
+    view = doc.view
+    starts, ends = doc.starts, doc.ends
+    last = len(starts) - 1
+    pos = 0
+    while (hit := next_span(regex, view, pos)) is not None:
+        s, e = hit
+        yield s, e
+        pos = e
+        if last:
+            i = bisect.bisect_right(starts, s) - 1
+            if e > ends[i] and i < last:
+                pos = starts[i + 1]
+
+
 def iter_utf8(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     """Spans of an RE2 pattern over the UTF-8 text, as char offsets into `doc.text`.
 
@@ -302,12 +332,12 @@ def iter_utf8(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     offsets are mapped back. Use it for patterns that must see real non-ASCII characters.
     """
     if doc.ascii:
-        yield from spans(regex, doc.view)
+        yield from doc_spans(regex, doc)
         return
     picked = doc.nonascii()[1]
     if len(picked) != len(doc.segments):
         nonascii = set(picked)
-        for s, e in spans(regex, doc.view):
+        for s, e in doc_spans(regex, doc):
             if doc.segment_index(s) not in nonascii:
                 yield s, e
     yield from iter_nonascii(regex, doc)
@@ -318,9 +348,16 @@ def iter_nonascii(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     if doc.ascii:
         return
     sub, picked = doc.nonascii()
+    data = sub.data
     char = sub.char
-    for bs, be in spans(regex, sub.data):
+    last = len(picked) - 1
+    pos = 0
+    while (hit := next_span(regex, data, pos)) is not None:
+        bs, be = hit
         s, e = char(bs), char(be)
         j = sub.segment_index(s)
         shift = doc.starts[picked[j]] - sub.starts[j]
         yield s + shift, e + shift
+        pos = be
+        if e > sub.ends[j] and j < last:
+            pos = sub.byte_start(j + 1)

@@ -32,9 +32,9 @@ from rules.detectors.base import (
     RuleInfo,
     anchor_set,
     compile_re2,
+    doc_spans,
     iter_nonascii,
     next_span,
-    spans,
 )
 
 CATEGORY = "prompt_injection"
@@ -914,8 +914,13 @@ class InjectionDetector:
     def find(self, doc: Doc) -> list[Finding]:
         special: set[int] = set()  # texts with Unicode tricks: scanned after normalisation
         if not doc.ascii:
-            for s, _ in iter_nonascii(_TRICKS, doc):
-                special.add(doc.segment_index(s))
+            sub, picked = doc.nonascii()
+            data = sub.data
+            pos = 0
+            while (hit := next_span(_TRICKS, data, pos)) is not None:
+                j = sub.segment_index(sub.char(hit[0]))
+                special.add(picked[j])
+                pos = len(data) if j + 1 == len(picked) else sub.byte_start(j + 1)
         out: list[Finding] = []
         ledger = None if self.exhaustive else _Ledger(self.stop_at, self.disabled)
         _anchored(doc, special, out, ledger)
@@ -994,6 +999,7 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     while (hit := next_span(_GATE, view, pos)) is not None:
         s, pos = hit
         i = doc.segment_index(s)
+        pos = min(pos, ends[i] + 1)  # a match running into the next text must not hide its start
         if i in skip:
             pos = max(pos, ends[i] + 1)
             continue
@@ -1034,7 +1040,7 @@ def _procedural(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger 
     """Decoding and shape checks, run on the spans (and for the kinds) the shape gate saw."""
     hits: dict[int, list[tuple[str, int, int]]] = {}
     view = doc.view
-    for s, e in spans(_SHAPE_GATE, view):
+    for s, e in doc_spans(_SHAPE_GATE, doc):
         i = doc.segment_index(s)
         if i not in skip and (evidence is None or not evidence.done(i)):
             base = doc.starts[i]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rules.detectors._checks import IBAN_LENGTHS, card_issuer_ok, iban_ok, luhn_ok, ssn_ok
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, spans
+from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, doc_spans
 
 CATEGORY = "pii"
 
@@ -144,7 +144,7 @@ class PiiDetector:
         view = doc.view
         # Dispatch on the candidate's first byte and shape: cheaper than asking RE2 which
         # alternative matched, which the Python wrapper computes slowly.
-        for s, e in spans(_CANDIDATES, view):
+        for s, e in doc_spans(_CANDIDATES, doc):
             first = view[s]
             if first == 64:  # "@"
                 self._email(doc, text, s, out)

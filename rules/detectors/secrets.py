@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import orjson
 
 from rules.detectors._checks import char_classes, shannon_entropy
-from rules.detectors.base import Doc, Finding, RuleInfo, anchor_set, compile_re2, spans
+from rules.detectors.base import Doc, Finding, RuleInfo, anchor_set, compile_re2, doc_spans
 
 CATEGORY = "secrets"
 
@@ -590,7 +590,7 @@ class SecretsDetector:
         text = doc.text
         taken = -1
         view = doc.view
-        for gs, ge in spans(_GATE, view):
+        for gs, ge in doc_spans(_GATE, doc):
             if gs < taken:
                 continue
             seg_start, seg_end = doc.bounds(gs)
