@@ -56,13 +56,24 @@ def luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _expand_ranges() -> frozenset[tuple[str, int]]:
+    pairs: set[tuple[str, int]] = set()
+    for low, high, width, lengths in _CARD_RANGES:
+        for prefix in range(low, high + 1):
+            for n in lengths:
+                pairs.add((str(prefix).zfill(width), n))
+    return frozenset(pairs)
+
+
+#: (prefix, length) pairs of every issuer range, so a check is a few set lookups.
+_CARD_PREFIXES = _expand_ranges()
+_PREFIX_WIDTHS = tuple(sorted({width for _, _, width, _ in _CARD_RANGES}))
+
+
 def card_issuer_ok(digits: str) -> bool:
     """Whether the number starts in a known issuer range with a length that scheme issues."""
     n = len(digits)
-    for low, high, width, lengths in _CARD_RANGES:
-        if n in lengths and low <= int(digits[:width]) <= high:
-            return True
-    return False
+    return any((digits[:w], n) in _CARD_PREFIXES for w in _PREFIX_WIDTHS)
 
 
 def is_card_number(digits: str) -> bool:
