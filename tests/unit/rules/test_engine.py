@@ -119,13 +119,14 @@ def test_scan_sparse_only_lists_texts_with_matches() -> None:
     assert sparse[1].verdict == "redacted"
 
 
-def test_thread_safety(default_policy: CompiledPolicy) -> None:
-    expected = [default_policy.scan(t, "inbound") for t in SAMPLES]
+def test_thread_safety() -> None:
+    policy = compile_policy(ALL_PACKS)
+    expected = [policy.scan(t, "inbound") for t in SAMPLES]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(
-            pool.map(lambda i: default_policy.scan(SAMPLES[i % len(SAMPLES)], "inbound"), range(400))
-        )
+        results = list(pool.map(lambda i: policy.scan(SAMPLES[i % len(SAMPLES)], "inbound"), range(400)))
+        batches = list(pool.map(lambda _: policy.scan_many(SAMPLES, "inbound"), range(20)))
     assert results == [expected[i % len(SAMPLES)] for i in range(400)]
+    assert all(batch == expected for batch in batches)
 
 
 def test_an_empty_policy_allows_everything() -> None:
