@@ -163,7 +163,9 @@ def _unjson(value: str | bytes | None) -> Any:
 def _storable(text: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL. The API refuses it in what users send, but a receiver's
     response excerpt or error is whatever it answered: keep the rest of it rather than lose the attempt."""
-    return None if text is None or "\x00" not in text else text.replace("\x00", "\ufffd")
+    if text is None or "\x00" not in text:
+        return text
+    return text.replace("\x00", "\ufffd")
 
 
 def _quote_ident(name: str) -> str:

@@ -208,6 +208,7 @@ async def test_delivery_retry_then_success_completes_job(store: Store) -> None:
     job = await store.get_job("t1", job_id)
     assert job is not None and job.delivery is not None
     assert job.delivery.attempts == 1 and job.delivery.last_status_code == 500
+    assert job.delivery.last_error == "http_500"
     assert job.delivery.next_attempt_at == now + 5
     assert await store.claim_deliveries("w2", now=now + 1, lease=LEASE, limit=10) == []
     [d2] = await store.claim_deliveries("w2", now=now + 6, lease=LEASE, limit=10)
@@ -222,7 +223,8 @@ async def test_delivery_retry_then_success_completes_job(store: Store) -> None:
     job = await store.get_job("t1", job_id)
     assert job is not None and job.status is S.COMPLETED
     attempts = await store.list_attempts("t1", job_id)
-    assert [(a.attempt, a.status_code) for a in attempts] == [(1, 500), (2, 204)]
+    assert [(a.attempt, a.status_code, a.error) for a in attempts] == [(1, 500, "http_500"), (2, 204, None)]
+    assert attempts[0].response_excerpt == "oops"
     assert {a.delivery_id for a in attempts} == {hook.id}
     stats = await store.queue_stats()
     assert stats.retrying == 0 and stats.queues["delivering"].depth == 0
