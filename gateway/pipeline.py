@@ -364,8 +364,14 @@ class Pipeline:
             )
         if result.outcome in ("gone", "refused"):
             gone = result.outcome == "gone"
+            if gone:
+                code = "webhook_gone"
+            elif result.error == "signing_failed":  # e.g. instances that do not share GATEWAY_SECRET_KEY
+                code = "webhook_signing_failed"
+            else:
+                code = "webhook_url_forbidden"
             changes = JobChanges(
-                error_code="webhook_gone" if gone else "webhook_url_forbidden",
+                error_code=code,
                 error_message="the receiver answered 410 Gone: delivery stopped"
                 if gone
                 else f"the webhook URL was refused ({result.error})",

@@ -22,23 +22,9 @@ from tests.acceptance.harness import POSTGRES_URL, Receiver, Server, postgres_by
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-_STORABLE_BUG = (
-    "gateway/store/postgres.py:165 _storable() returns None for every text without a NUL, so on "
-    "PostgreSQL each attempt's error and response excerpt (and the delivery's last_error) is stored as "
-    "NULL; fix: `return text if text is None or '\\x00' not in text else ...`"
-)
 # Known bugs of one backend, by (module, test function): marked xfail(strict) on that backend only, so
 # the assertions stay as they are and the mark must go once the bug is fixed.
-KNOWN_BUGS: dict[tuple[str, str, str], str] = {
-    ("postgres", "test_delivery_hostile.py", "test_huge_error_body_is_not_kept_or_echoed"): _STORABLE_BUG,
-    ("postgres", "test_delivery_hostile.py", "test_connection_dropped_or_garbage_is_retried_then_fails"): (
-        _STORABLE_BUG
-    ),
-    ("postgres", "test_delivery_hostile.py", "test_timeout_is_logged_and_retried_with_the_same_webhook_id"): (
-        _STORABLE_BUG
-    ),
-    ("postgres", "test_ssrf.py", "test_name_resolving_to_loopback_is_refused_at_delivery"): _STORABLE_BUG,
-}
+KNOWN_BUGS: dict[tuple[str, str, str], str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
