@@ -39,7 +39,9 @@ ANSWER = (
 )
 
 
-def start_gateway(root: Path, port: int, extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_gateway(
+    root: Path, port: int, extra_env: dict[str, str], *, split: bool = False
+) -> list[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(
         {
@@ -55,15 +57,28 @@ def start_gateway(root: Path, port: int, extra_env: dict[str, str]) -> subproces
     )
     env.update(extra_env)
     log = (root / "gateway.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=root,
-    )
+    serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)]
+    procs = [
+        subprocess.Popen(
+            [*serve, "--no-workers"] if split else serve,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+        )
+    ]
+    if split:  # the API in one process, the workers in another, on one database
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "worker"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=root,
+            )
+        )
     log.close()
-    return proc
+    return procs
 
 
 async def wait_ready(url: str, within: float = 30) -> None:
@@ -188,6 +203,7 @@ async def main() -> int:
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--sqlite-synchronous", default="FULL")
+    ap.add_argument("--split", action="store_true", help="API and workers in two processes")
     ap.add_argument("--open-seconds", type=float, default=4.0, help="length of the fixed-rate phase")
     args = ap.parse_args()
 
@@ -197,7 +213,10 @@ async def main() -> int:
     relay = f"http://127.0.0.1:{relay_port}"
     root = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     gport = free_port()
-    gateway = start_gateway(root, gport, {"GATEWAY_SQLITE_SYNCHRONOUS": args.sqlite_synchronous})
+    extra = {"GATEWAY_SQLITE_SYNCHRONOUS": args.sqlite_synchronous}
+    if args.split:
+        extra["GATEWAY_POLL_INTERVAL_SECONDS"] = "0.05"
+    gateway = start_gateway(root, gport, extra, split=args.split)
     gw = f"http://127.0.0.1:{gport}"
     try:
         await wait_ready(f"{gw}/readyz")
@@ -209,8 +228,10 @@ async def main() -> int:
         half = 0.5 * ceiling["jobs_per_s"]
         steady = await run_open_loop(gw, receiver, half, args.open_seconds, args.timeout)
     finally:
-        gateway.terminate()
-        gateway.wait(20)
+        for proc in gateway:
+            proc.terminate()
+        for proc in gateway:
+            proc.wait(20)
         relay_proc.stop()
         receiver_proc.stop()
 

@@ -6,6 +6,7 @@ ULID), so listing newest-first is an index scan on the id alone and the cursor i
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -13,12 +14,15 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
+_FROM_RFC4648 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET)
+
+
 def _b32(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    """`value` as `length` Crockford base32 digits, most significant first (so ids sort by time).
+    base64's C encoder does the work; the digits are then mapped to Crockford's alphabet."""
+    groups = (length + 7) // 8  # 8 digits per 5 bytes
+    encoded = base64.b32encode(value.to_bytes(groups * 5, "big")).decode("ascii")
+    return encoded[len(encoded) - length :].translate(_FROM_RFC4648)
 
 
 def ulid(now: float | None = None) -> str:

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
         timeout_graceful_shutdown=15,
         server_header=False,
+        proxy_headers=False,  # clients are who they are; put a proxy's address rules in front if needed
     )
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; with the default
     # handler that would end the process as "killed by SIGTERM" (-15) after a clean stop.

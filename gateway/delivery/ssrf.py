@@ -18,6 +18,7 @@ the IPv4 address inside is judged instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import unicodedata
@@ -180,7 +181,7 @@ def _is_localhost_name(host: str) -> bool:
     return name == "localhost" or name.endswith(".localhost")
 
 
-def check_url(url: str, allow_private: bool) -> None:
+def _check_url(url: str, allow_private: bool) -> None:
     """Refuse a webhook URL that is malformed or (statically) points at a forbidden address.
 
     Policy, beyond http(s) and a host:
@@ -282,3 +283,25 @@ class GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(url: str, allow_private: bool) -> UrlRefused | None:
+    try:
+        _check_url(url, allow_private)
+    except UrlRefused as exc:
+        return exc
+    return None
+
+
+def check_url(url: str, allow_private: bool) -> None:
+    """Refuse a webhook URL that is malformed or (statically) points at a forbidden address.
+
+    The verdict is a pure function of the URL, and a tenant sends the same few URLs over and over
+    (at every create and every attempt): it is remembered for the last 4096 URLs.
+    """
+    if not isinstance(url, str):
+        raise UrlRefused(CODE_INVALID, "webhook_url must be a non-empty string")
+    refused = _verdict(url, allow_private)
+    if refused is not None:
+        raise UrlRefused(refused.code, refused.message)

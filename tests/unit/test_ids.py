@@ -18,3 +18,17 @@ def test_webhook_id_is_one_per_job_and_event() -> None:
     assert a != ids.webhook_id_for("job_1", "job.awaiting_response")
     assert a != ids.webhook_id_for("job_2", "job.completed")
     assert re.fullmatch(r"msg_[0-9a-hjkmnp-tv-z]{26}", a)
+
+
+def test_base32_matches_the_digit_by_digit_definition() -> None:
+    from gateway.ids import _ALPHABET, _b32
+
+    def slow(value: int, length: int) -> str:
+        out = []
+        for _ in range(length):
+            out.append(_ALPHABET[value & 31])
+            value >>= 5
+        return "".join(reversed(out))
+
+    for value in (0, 1, 31, 32, 2**127 + 12345, 2**130 - 1, 0x1234_5678_9ABC_DEF0_1122_3344_5566_7788):
+        assert _b32(value, 26) == slow(value, 26)

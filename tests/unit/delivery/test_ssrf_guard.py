@@ -256,3 +256,16 @@ async def test_guarded_resolver_passes_everything_when_private_is_allowed() -> N
     dns = _FakeDNS({"internal.test": ["10.0.0.5", "::1"]})
     resolver = GuardedResolver(allow_private=True, inner=dns)
     assert [r["host"] for r in await resolver.resolve("internal.test", 80)] == ["10.0.0.5", "::1"]
+
+
+def test_remembered_verdicts_still_refuse_every_time() -> None:
+    """check_url memoises its verdict: a refused URL must keep raising, a fresh exception each time."""
+    from gateway.delivery.ssrf import UrlRefused, check_url
+
+    seen = []
+    for _ in range(3):
+        with pytest.raises(UrlRefused) as info:
+            check_url("http://127.0.0.1/hook", allow_private=False)
+        seen.append(info.value)
+    assert len({id(e) for e in seen}) == 3
+    check_url("http://127.0.0.1/hook", allow_private=True)  # the other setting is its own verdict
