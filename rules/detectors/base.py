@@ -322,7 +322,7 @@ def doc_spans(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
         if last:
             i = bisect.bisect_right(starts, s) - 1
             if e > ends[i] and i < last:
-                pos = starts[i + 1]
+                pos = max(starts[i + 1], s + 1)  # always forward: never find the same match again
 
 
 def iter_utf8(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
@@ -360,4 +360,4 @@ def iter_nonascii(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
         yield s + shift, e + shift
         pos = be
         if e > sub.ends[j] and j < last:
-            pos = sub.byte_start(j + 1)
+            pos = max(sub.byte_start(j + 1), bs + 1)  # always forward

@@ -920,7 +920,7 @@ class InjectionDetector:
             while (hit := next_span(_TRICKS, data, pos)) is not None:
                 j = sub.segment_index(sub.char(hit[0]))
                 special.add(picked[j])
-                pos = len(data) if j + 1 == len(picked) else sub.byte_start(j + 1)
+                pos = len(data) if j + 1 == len(picked) else max(sub.byte_start(j + 1), hit[0] + 1)
         out: list[Finding] = []
         ledger = None if self.exhaustive else _Ledger(self.stop_at, self.disabled)
         _anchored(doc, special, out, ledger)
@@ -999,7 +999,9 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     while (hit := next_span(_GATE, view, pos)) is not None:
         s, pos = hit
         i = doc.segment_index(s)
-        pos = min(pos, ends[i] + 1)  # a match running into the next text must not hide its start
+        # A match running into the next text must not hide its start; but never step back to (or
+        # before) where this match began, or the same match is found again forever.
+        pos = max(s + 1, min(pos, ends[i] + 1))
         if i in skip:
             pos = max(pos, ends[i] + 1)
             continue
