@@ -8,8 +8,11 @@ for a refusal.
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -43,3 +46,23 @@ def _log_tail(server: Server) -> str:
 
 def auth(key: str) -> Mapping[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Raise TimeoutError in the block after `seconds`, so an endless loop in pure Python fails the
+    test instead of hanging the suite (main thread only; elsewhere the block just runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"{what} did not finish within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
