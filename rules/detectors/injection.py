@@ -152,7 +152,7 @@ _SIGS: tuple[_Sig, ...] = (
     _Sig(
         OVERRIDE,
         0.95,
-        _IGNORE_EN + r"\W+" + _FILLER_EN + _QUALIFIER_EN + r"\W+(?:\S+\W+){0,3}?" + _STRONG_TARGET + r"\b",
+        _IGNORE_EN + r"\W+" + _FILLER_EN + _QUALIFIER_EN + r"\W+(?:\w+\W+){0,3}?" + _STRONG_TARGET + r"\b",
     ),
     _Sig(
         OVERRIDE,
@@ -471,7 +471,7 @@ _SIGS: tuple[_Sig, ...] = (
         0.85,
         r"(?:cu[áa]l|qu[ée]|dime|dame|comparte|revela)\W+(?:\w+\W+){0,3}?(?:la|tu|su|el)\s+"
         r"(?:contrase[ñn]a|clave)|(?:quel|donne[zs]?|dis|dites|r[ée]v[èe]le[zs]?)\W+(?:\w+\W+){0,3}?(?:le|ton|"
-        r"votre)\s+mot\s+de\s+passe|(?:qual|dimmi|dammi|rivela)\W+(?:\S+\W+){0,3}?(?:la|tua|sua)\s+password|"
+        r"votre)\s+mot\s+de\s+passe|(?:qual|dimmi|dammi|rivela)\W+(?:\w+\W+){0,3}?(?:la|tua|sua)\s+password|"
         r"(?:was\s+ist|wie\s+lautet|gib|geben\s+sie|sag|verrate)\W+(?:\w+\W+){0,4}?(?:das|dein|ihr|deine|ihre)\s+"
         r"(?:passwort|kennwort)|(?:ihr|dein)\s+(?:passwort|kennwort)\s+(?:geben|sagen|verraten|nennen)|"
         r"(?:qual|diga|compartilhe|revele|me\s+d[êe])\W+(?:\w+\W+){0,4}?(?:a|sua|tua)\s+senha",
@@ -1015,7 +1015,8 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
             sig = _SIGS[idx]
             if known is not None and known.best.get(sig.rule, 0.0) >= sig.score:
                 continue
-            m = _PY[idx].match(text, s, seg_end)
+            # the set saw the match within _SET_REACH: Python re never needs to look further
+            m = _PY[idx].match(text, s, min(seg_end, s + _SET_REACH))
             if m is not None and m.end() > m.start() and (sig.check is None or sig.check(m)):
                 out.append((m.start(), m.end(), sig.rule, sig.score))
                 if known is not None and evidence is not None and sig.rule not in evidence.disabled:
