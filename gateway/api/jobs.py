@@ -101,10 +101,16 @@ def _parse_create(body: dict[str, Any], allow_private: bool) -> _CreateRequest:
     if raw_metadata is not None:
         if not isinstance(raw_metadata, dict):
             problems.add("metadata", f"must be an object, got {json_type(raw_metadata)}")
-        elif len(orjson.dumps(raw_metadata)) > MAX_METADATA_BYTES:
-            problems.add("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON")
         else:
-            metadata = raw_metadata
+            try:
+                size = len(orjson.dumps(raw_metadata))
+            except orjson.JSONEncodeError:  # nested deeper than the encoder goes (254 levels)
+                problems.add("metadata", "is nested too deeply")
+            else:
+                if size > MAX_METADATA_BYTES:
+                    problems.add("metadata", f"must be at most {MAX_METADATA_BYTES} bytes as JSON")
+                else:
+                    metadata = raw_metadata
 
     policy = optional_str(body, "policy", problems)
     if policy is None:

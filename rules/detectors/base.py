@@ -77,6 +77,7 @@ class Doc:
 
     __slots__ = (
         "_byte_starts",
+        "_last_char",
         "_data",
         "_lower",
         "_nonascii",
@@ -108,6 +109,10 @@ class Doc:
         self.ends: list[int] = list(map(add, starts, lengths))
         self._view: bytes | None = None
         self._byte_starts: list[int] | None = None
+        # per text, the last (byte offset, chars from the text's start) converted: matches come in
+        # order, so each conversion decodes only the gap since the previous one (linear, not
+        # quadratic, in the number of matches)
+        self._last_char: dict[int, tuple[int, int]] = {}
         self._lower: str | None = None
         self._nonascii: tuple[Doc, list[int]] | None = None
 
@@ -171,10 +176,15 @@ class Doc:
         rel = byte_offset - bstart
         if seg.isascii():
             return self.starts[i] + rel
-        head = self.data[bstart:byte_offset].decode("utf-8", errors="replace")
-        if len(head) > len(seg):  # inside the separator that follows
+        last = self._last_char.get(i)
+        if last is not None and last[0] <= byte_offset:
+            n = last[1] + len(self.data[last[0] : byte_offset].decode("utf-8", errors="replace"))
+        else:
+            n = len(self.data[bstart:byte_offset].decode("utf-8", errors="replace"))
+        self._last_char[i] = (byte_offset, n)
+        if n > len(seg):  # inside the separator that follows
             return self.ends[i] + (rel - len(seg.encode("utf-8")))
-        return self.starts[i] + len(head)
+        return self.starts[i] + n
 
     def byte_start(self, i: int) -> int:
         """Where text `i` starts in `data`."""
