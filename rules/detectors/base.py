@@ -77,8 +77,8 @@ class Doc:
 
     __slots__ = (
         "_byte_starts",
-        "_last_char",
         "_data",
+        "_last_char",
         "_lower",
         "_nonascii",
         "_view",
