@@ -88,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
     key = asyncio.run(_first_run_key(settings))
     print(_banner(settings, host, port, key), flush=True)
     app = create_app(settings, workers=not args.no_workers)
+    from gateway.http_protocol import bounded
+
     config = uvicorn.Config(
         app,
+        http=bounded(settings.max_header_bytes),
         host=host,
         port=port,
         log_level="warning",

@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(default=64 * 1024, ge=4096)  # request line + headers; over it, 431
 
     lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=5.0, gt=0)

@@ -152,14 +152,6 @@ def test_deep_json_is_a_clear_4xx(api: httpx.Client, waiting_job: str, route: st
     assert_envelope(_send(api, route, waiting_job, body), 400, 422)
 
 
-METADATA_DEPTH_BUG = (
-    "gateway/api/jobs.py:104 len(orjson.dumps(raw_metadata)) raises orjson.JSONEncodeError "
-    "'Recursion limit reached' for metadata nested 255..1024 deep (orjson parses up to 1024 levels but "
-    "serialises only 254), answered as 500 internal; fix: catch orjson.JSONEncodeError there (or bound "
-    "the depth) and add a 422 problem on `metadata`"
-)
-
-
 @pytest.mark.parametrize(
     "depth",
     [
@@ -299,16 +291,6 @@ def test_100k_character_messages_are_filtered_and_the_api_stays_responsive(
     assert len(latencies) >= 10, latencies
     worst = max(latencies)
     assert statistics.median(latencies) < 0.05 and worst < 0.1, (statistics.median(latencies), worst)
-
-
-SCAN_QUADRATIC_BUG = (
-    "rules/detectors/base.py:158 Doc.char() decodes the whole UTF-8 prefix of the segment on every call "
-    "(line 174: self.data[bstart:byte_offset].decode(...)), and iter_nonascii() calls it twice per match, "
-    "so a text with many non-ASCII matches (e.g. 'x\\u200b' * n: every zero-width or bidi character is a "
-    "unicode.* match) scans in O(n * matches): 40k chars take ~0.8 s, 200k chars ~20 s (one 400 KB POST "
-    "/v1/filter measured 20.7 s). Fix: map byte to char offsets incrementally (matches come in order: "
-    "keep the last (byte, char) pair per segment and decode only the gap) or build the offset table once"
-)
 
 
 def _best_scan_seconds(text: str) -> float:
@@ -509,16 +491,6 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-HEADER_LIMIT_BUG = (
-    "gateway/serve_cli.py:91 runs uvicorn with the httptools parser (http='auto'), which has no limit on "
-    "the size of the request head: a single 64 MiB header line (even on /healthz, without a key) is "
-    "buffered whole and answered 200, so a few connections can exhaust memory. Fix: refuse heads over "
-    "e.g. 64 KiB with 431 (http='h11' with h11_max_incomplete_event_size, or a head-size check before "
-    "parsing), or document that a proxy with header limits must front the gateway"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=HEADER_LIMIT_BUG)
 def test_header_section_is_bounded_before_it_is_buffered(server: Server) -> None:
     assert server.proc is not None
     before = _rss_mib(server.proc.pid)

@@ -1,0 +1,72 @@
+"""uvicorn's httptools protocol with a bound on the request head.
+
+httptools buffers a request's line and headers until they are complete, with no size limit: one
+client sending an endless header line could make the process buffer gigabytes. This protocol counts
+the head's bytes as they arrive and answers 431 (in the API's error envelope) and closes the
+connection once they pass `max_head_bytes`, before the parser has buffered more than that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+DEFAULT_MAX_HEAD_BYTES = 64 * 1024
+_HEAD_END = b"\r\n\r\n"
+
+
+class BoundedHeadProtocol(HttpToolsProtocol):
+    max_head_bytes = DEFAULT_MAX_HEAD_BYTES
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_open = True
+        self._head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_open:
+            end = data.find(_HEAD_END)
+            # Only the part up to the blank line is head; a body in the same chunk is not counted.
+            # A blank line split across two chunks counts the whole chunk: conservative, harmless.
+            self._head_bytes += len(data) if end < 0 else end + len(_HEAD_END)
+            if self._head_bytes > self.max_head_bytes:
+                self._refuse_head()
+                return
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head_open = True  # the next request on this connection starts its own count
+        self._head_bytes = 0
+
+    def _refuse_head(self) -> None:
+        body = orjson.dumps(
+            {
+                "error": {
+                    "code": "request_header_fields_too_large",
+                    "message": f"the request line and headers are larger than {self.max_head_bytes} bytes",
+                    "details": [{"field": "headers", "problem": f"larger than {self.max_head_bytes} bytes"}],
+                }
+            }
+        )
+        head = (
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/json\r\n"
+            b"connection: close\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
+        self._head_open = False
+        if not self.transport.is_closing():
+            self.transport.write(head + body)
+            self.transport.close()
+
+
+def bounded(max_head_bytes: int) -> type[BoundedHeadProtocol]:
+    """The protocol class with this limit (uvicorn instantiates the class it is given)."""
+    return type("BoundedHeadProtocol", (BoundedHeadProtocol,), {"max_head_bytes": max_head_bytes})
