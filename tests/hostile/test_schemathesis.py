@@ -83,7 +83,7 @@ SETTINGS = settings(
 )
 
 
-def _call(case: schemathesis.Case, server: Server) -> int:
+def _call(case: schemathesis.Case[Any], server: Server) -> int:
     response = case.call_and_validate(
         base_url=server.base,
         headers={"Authorization": f"Bearer {server.api_key}"},
@@ -95,7 +95,7 @@ def _call(case: schemathesis.Case, server: Server) -> int:
 
 @schema.parametrize()
 @SETTINGS
-def test_api_conforms_to_its_openapi_document(case: schemathesis.Case, st_server: Server) -> None:
+def test_api_conforms_to_its_openapi_document(case: schemathesis.Case[Any], st_server: Server) -> None:
     _call(case, st_server)
 
 
@@ -116,7 +116,7 @@ def _new_job(server: Server, combined: bool) -> str:
 
 @schema.include(path_regex=r"\{job_id\}").parametrize()
 @SETTINGS
-def test_job_operations_on_real_jobs_conform(case: schemathesis.Case, st_server: Server) -> None:
+def test_job_operations_on_real_jobs_conform(case: schemathesis.Case[Any], st_server: Server) -> None:
     """The same checks with a job that exists (random ids only ever reach the 404 path): a fresh
     job per example, so GET, DELETE, the response and the delivery log meet every status a
     running job passes through (workers are on)."""
