@@ -246,14 +246,16 @@ async def main() -> int:
         f"{args.sqlite_synchronous}"
     )
     print(
-        f"{'target':<22} {'jobs/s':>9} {'creates/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'delivered':>13} {'errs':>5}"
+        f"{'target':<22} {'jobs/s':>9} {'creates/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
+        f" {'delivered':>13} {'errs':>5}"
     )
     print(row("relay ceiling", ceiling))
     print(row("gateway", ours))
     ratio = ours["jobs_per_s"] / ceiling["jobs_per_s"] if ceiling["jobs_per_s"] else 0.0
     print(f"ratio gateway/ceiling: {ratio:.2f} (goal >= 0.5)")
     print(
-        f"gateway at a fixed {steady['rate']:.0f} jobs/s (0.5 x ceiling; achieved {steady['achieved']:.0f}/s):"
+        f"gateway at a fixed {steady['rate']:.0f} jobs/s"
+        f" (0.5 x ceiling; achieved {steady['achieved']:.0f}/s):"
         f" create p50 {steady['p50_ms']:.1f} ms, p99 {steady['p99_ms']:.1f} ms (goal < 25),"
         f" delivered {steady['delivered']}/{steady['jobs']}"
     )
