@@ -255,10 +255,14 @@ def measure(root: Path, depths: Sequence[int], requests: int, claims: int, log: 
 HEADER = f"{'depth':>10} {'fill s':>7} {'RSS MiB':>8} {'health p50':>11} {'health p99':>11} {'claim p50':>10} {'claim p99':>10}"  # noqa: E501
 
 
+def _ms(value: float, width: int) -> str:
+    return f"{'-':>{width}}   " if value != value else f"{value:>{width}.2f} ms"  # NaN: nothing to claim
+
+
 def _format(row: Row) -> str:
     return (
-        f"{row.depth:>10,} {row.fill_seconds:>7.1f} {row.rss_mib:>8.1f} {row.health_p50_ms:>8.2f} ms "
-        f"{row.health_p99_ms:>8.2f} ms {row.claim_p50_ms:>7.2f} ms {row.claim_p99_ms:>7.2f} ms"
+        f"{row.depth:>10,} {row.fill_seconds:>7.1f} {row.rss_mib:>8.1f} {_ms(row.health_p50_ms, 8)} "
+        f"{_ms(row.health_p99_ms, 8)} {_ms(row.claim_p50_ms, 7)} {_ms(row.claim_p99_ms, 7)}"
     )
 
 
