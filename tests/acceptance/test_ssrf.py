@@ -13,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,38 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.acceptance.harness import Receiver, Server, eventually, free_port, wait_status
+from tests.acceptance.harness import Receiver, Server, eventually, wait_status
 
 GUARDED = {"GATEWAY_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false"}
 TERMINAL = {"inbound_blocked", "outbound_blocked", "completed", "failed", "expired", "cancelled"}
-
-
-class NoWorkerServer(Server):
-    """`gateway serve --no-workers`: the API only, so no job is ever filtered or delivered."""
-
-    def start(self, timeout: float = 20.0) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
-        self.log_path = self.root / f"server-{self.port}.log"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--no-workers", "--port", str(self.port)],
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"server did not become ready:\n{self.log_path.read_text()}")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +38,10 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def api_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = NoWorkerServer(root=Path(tmp_path_factory.mktemp("api-only")), env_overrides=GUARDED)
+    # `gateway serve --no-workers`: the API only, so no job is ever filtered or delivered
+    srv = Server(
+        root=Path(tmp_path_factory.mktemp("api-only")), env_overrides=GUARDED, serve_args=("--no-workers",)
+    )
     srv.start()
     try:
         yield srv

@@ -124,31 +124,8 @@ class Proc(Server):
         raise RuntimeError(f"worker did not start:\n{self.log_path.read_text()}")
 
     def _start_serve(self, timeout: float) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if not self.port:
-            from tests.acceptance.harness import free_port
-
-            self.port = free_port()
-        self.log_path = self.root / f"{self.name}-{self.port}.log"
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), *self.args],
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(f"{self.base}/readyz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"server did not become ready:\n{self.log_path.read_text()}")
+        self.serve_args = tuple(self.args)
+        super().start(timeout)
 
     @property
     def running(self) -> bool:
