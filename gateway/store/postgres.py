@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
-import orjson
 
 from gateway import ids
 from gateway.jobs import (
@@ -40,7 +39,6 @@ from gateway.jobs import (
     TERMINAL,
     DeliveryState,
     JobStatus,
-    Mode,
     check_path,
 )
 from gateway.store.base import (
@@ -57,6 +55,16 @@ from gateway.store.base import (
     QueueStats,
     StoreError,
     expiry_changes,
+)
+from gateway.store.rows import (
+    JOB_COLUMN_COUNT,
+    QUEUES,
+    STOPS_DELIVERY,
+    from_json,
+    row_to_attempt,
+    row_to_delivery,
+    row_to_job,
+    to_json,
 )
 from gateway.store.sqlfile import load_migrations, load_queries
 
@@ -86,8 +94,6 @@ def _expand(sql: str) -> str:
 Q = {name: _expand(sql) for name, sql in _Q.items()}
 
 # A cancelled or expired job's webhooks stop; a blocked or finished job's notices run their course.
-_STOPS_DELIVERY = frozenset({JobStatus.CANCELLED, JobStatus.EXPIRED})
-_QUEUES = ("processing_inbound", "processing_outbound", "awaiting_response", "delivering")
 _DEFAULT_CHANNEL = "gateway_work"
 _MAX_IDENT = 63  # NAMEDATALEN - 1: the longest channel name or application_name PostgreSQL keeps
 
@@ -152,14 +158,6 @@ def _connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def _json(value: Mapping[str, Any] | None) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
-
-
-def _unjson(value: str | bytes | None) -> Any:
-    return None if value is None else orjson.loads(value)
-
-
 def _storable(text: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL. The API refuses it in what users send, but a receiver's
     response excerpt or error is whatever it answered: keep the rest of it rather than lose the attempt."""
@@ -188,42 +186,11 @@ def _lock_key(schema: str | None) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _row_to_job(r: Any, delivery: DeliverySummary | None = None) -> Job:
-    return Job(
-        id=r[0],
-        tenant_id=r[1],
-        status=JobStatus(r[2]),
-        mode=Mode(r[3]),
-        policy=r[4],
-        input_text=r[5],
-        output_text=r[6],
-        inbound=_unjson(r[7]),
-        outbound=_unjson(r[8]),
-        webhook_url=r[9],
-        secret_enc=r[10],
-        signing_key_enc=r[11],
-        metadata=_unjson(r[12]) or {},
-        created_at=r[13],
-        updated_at=r[14],
-        expires_at=r[15],
-        finished_at=r[16],
-        error_code=r[17],
-        error_message=r[18],
-        idem_key=r[19],
-        idem_hash=r[20],
-        lease_owner=r[21],
-        delivery=delivery,
-    )
-
-
-_N_JOB_COLS = 22
-
-
 def _row_to_job_with_summary(r: Any) -> Job:
     """A row of job columns followed by summary_columns (see summary_join)."""
     summary = None
     if r[9] is not None:  # webhook_url: only jobs with a webhook have a `delivery` object
-        n = _N_JOB_COLS
+        n = JOB_COLUMN_COUNT
         summary = DeliverySummary(
             attempts=int(r[n] or 0),
             last_attempt_at=r[n + 1],
@@ -231,40 +198,7 @@ def _row_to_job_with_summary(r: Any) -> Job:
             next_attempt_at=r[n + 3],
             last_error=r[n + 4],
         )
-    return _row_to_job(r, summary)
-
-
-def _row_to_delivery(r: Any) -> Delivery:
-    return Delivery(
-        id=r[0],
-        job_id=r[1],
-        tenant_id=r[2],
-        event=r[3],
-        url=r[4],
-        body=bytes(r[5]),
-        state=DeliveryState(r[6]),
-        attempts=r[7],
-        deadline=r[8],
-        created_at=r[9],
-        secret_enc=r[10],
-        signing_key_enc=r[11],
-        job_status=JobStatus(r[12]),
-    )
-
-
-def _row_to_attempt(r: Any) -> Attempt:
-    return Attempt(
-        delivery_id=r[0],
-        job_id=r[1],
-        event=r[2],
-        attempt=r[3],
-        started_at=r[4],
-        duration_ms=r[5],
-        status_code=r[6],
-        error=r[7],
-        response_excerpt=r[8],
-        next_attempt_at=r[9],
-    )
+    return row_to_job(r, summary)
 
 
 def _termination_event(conn: Any) -> asyncio.Event:
@@ -515,15 +449,15 @@ class PostgresStore:
         return int(await self._run(lambda c: c.fetchval(Q["count_api_keys"]), read=True))
 
     async def put_policy(self, tenant_id: str, name: str, source: Mapping[str, Any], now: float) -> None:
-        await self._run(lambda c: c.execute(Q["put_policy"], tenant_id, name, _json(source), now))
+        await self._run(lambda c: c.execute(Q["put_policy"], tenant_id, name, to_json(source), now))
 
     async def get_policy(self, tenant_id: str, name: str) -> PolicyRecord | None:
         row = await self._run(lambda c: c.fetchrow(Q["get_policy"], tenant_id, name), read=True)
-        return None if row is None else PolicyRecord(row[0], _unjson(row[1]), row[2])
+        return None if row is None else PolicyRecord(row[0], from_json(row[1]), row[2])
 
     async def list_policies(self, tenant_id: str) -> list[PolicyRecord]:
         rows = await self._run(lambda c: c.fetch(Q["list_policies"], tenant_id), read=True)
-        return [PolicyRecord(r[0], _unjson(r[1]), r[2]) for r in rows]
+        return [PolicyRecord(r[0], from_json(r[1]), r[2]) for r in rows]
 
     async def delete_policy(self, tenant_id: str, name: str) -> bool:
         status = await self._run(lambda c: c.execute(Q["delete_policy"], tenant_id, name))
@@ -550,7 +484,7 @@ class PostgresStore:
             job.webhook_url,
             job.secret_enc,
             job.signing_key_enc,
-            _json(job.metadata),
+            to_json(job.metadata),
             now,
             job.expires_at,
             now + lease if claim_for else now,
@@ -566,12 +500,12 @@ class PostgresStore:
                 row = await c.fetchrow(sql, *args)
                 if row is not None:
                     summary = DeliverySummary(0, None, None, None, None) if job.webhook_url else None
-                    return _row_to_job(row, summary), True
+                    return row_to_job(row, summary), True
                 existing = await c.fetchrow(Q["find_idem"], job.tenant_id, job.idem_key)
                 if existing is None:
                     continue  # the winner was purged in between: insert again
                 if existing[13] >= now - idempotency_ttl:
-                    return _row_to_job(existing), False
+                    return row_to_job(existing), False
                 await c.execute(Q["forget_idem"], existing[0], job.idem_key)
             raise StoreError("the Idempotency-Key kept changing hands; try again")
 
@@ -594,7 +528,7 @@ class PostgresStore:
 
     async def list_attempts(self, tenant_id: str, job_id: str) -> list[Attempt]:
         rows = await self._run(lambda c: c.fetch(Q["list_attempts"], job_id, tenant_id), read=True)
-        return [_row_to_attempt(r) for r in rows]
+        return [row_to_attempt(r) for r in rows]
 
     # ---- transitions ----------------------------------------------------------------------
 
@@ -642,7 +576,7 @@ class PostgresStore:
         for column in ("inbound", "outbound"):
             value = getattr(changes, column)
             if value is not None:
-                sets.append(f"{column} = {a(_json(value), 'json')}")
+                sets.append(f"{column} = {a(to_json(value), 'json')}")
         where = [f"id = {a(job_id, 'text')}"]
         if from_any is None:
             where.append(f"status = {a(path[0].value, 'text')}")
@@ -737,7 +671,7 @@ class PostgresStore:
         lease: float = 0.0,
     ) -> bool:
         check_path(path)
-        if path[-1] in _STOPS_DELIVERY:
+        if path[-1] in STOPS_DELIVERY:
 
             async def stopping(c: Any) -> bool:
                 async with c.transaction():
@@ -852,11 +786,11 @@ class PostgresStore:
 
     async def claim_jobs(self, owner: str, *, now: float, lease: float, limit: int) -> list[Job]:
         rows = await self._run(lambda c: c.fetch(Q["claim_jobs"], owner, now, now + lease, limit))
-        return [_row_to_job(r) for r in rows]
+        return [row_to_job(r) for r in rows]
 
     async def claim_deliveries(self, owner: str, *, now: float, lease: float, limit: int) -> list[Delivery]:
         rows = await self._run(lambda c: c.fetch(Q["claim_deliveries"], owner, now, now + lease, limit))
-        return [_row_to_delivery(r) for r in rows]
+        return [row_to_delivery(r) for r in rows]
 
     async def renew_leases(
         self, owner: str, job_ids: Sequence[str], delivery_ids: Sequence[str], *, until: float
@@ -905,7 +839,7 @@ class PostgresStore:
         (or any instance's poll) picks it up when it is."""
         if job_path is not None:
             check_path(job_path)
-        stops = job_path is not None and job_path[-1] in _STOPS_DELIVERY
+        stops = job_path is not None and job_path[-1] in STOPS_DELIVERY
         a = _Args()
         delivery_id = a(attempt.delivery_id, "text")
         job_id = a(attempt.job_id, "text")
@@ -1010,6 +944,6 @@ class PostgresStore:
     async def queue_stats(self) -> QueueStats:
         row = await self._run(lambda c: c.fetchrow(Q["queue_stats"]), read=True)
         queues = {
-            name: QueueStat(depth=int(row[i] or 0), oldest_since=row[5 + i]) for i, name in enumerate(_QUEUES)
+            name: QueueStat(depth=int(row[i] or 0), oldest_since=row[5 + i]) for i, name in enumerate(QUEUES)
         }
         return QueueStats(queues=queues, retrying=int(row[4] or 0))

@@ -17,15 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from gateway import ids
 from gateway.jobs import (
     RUNNABLE,
     TERMINAL,
     DeliveryState,
     JobStatus,
-    Mode,
     check_path,
 )
 from gateway.store.base import (
@@ -43,6 +40,15 @@ from gateway.store.base import (
     StoreError,
     expiry_changes,
 )
+from gateway.store.rows import (
+    QUEUES,
+    STOPS_DELIVERY,
+    from_json,
+    row_to_attempt,
+    row_to_delivery,
+    row_to_job,
+    to_json,
+)
 from gateway.store.sqlfile import load_migrations, load_queries
 
 T = TypeVar("T")
@@ -54,78 +60,6 @@ _DELIVERY_COLS = " ".join(_Q["delivery_columns"].split())
 Q = {k: v.replace("{job_columns}", _JOB_COLS) for k, v in _Q.items()}
 
 _MAX_BATCH = 512
-# A cancelled or expired job's webhooks stop; a blocked or finished job's notices run their course.
-_STOPS_DELIVERY = frozenset({JobStatus.CANCELLED, JobStatus.EXPIRED})
-_QUEUES = ("processing_inbound", "processing_outbound", "awaiting_response", "delivering")
-
-
-def _json(value: Mapping[str, Any] | None) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
-
-
-def _unjson(value: str | bytes | None) -> Any:
-    return None if value is None else orjson.loads(value)
-
-
-def row_to_job(r: Row, delivery: DeliverySummary | None = None) -> Job:
-    return Job(
-        id=r[0],
-        tenant_id=r[1],
-        status=JobStatus(r[2]),
-        mode=Mode(r[3]),
-        policy=r[4],
-        input_text=r[5],
-        output_text=r[6],
-        inbound=_unjson(r[7]),
-        outbound=_unjson(r[8]),
-        webhook_url=r[9],
-        secret_enc=r[10],
-        signing_key_enc=r[11],
-        metadata=_unjson(r[12]) or {},
-        created_at=r[13],
-        updated_at=r[14],
-        expires_at=r[15],
-        finished_at=r[16],
-        error_code=r[17],
-        error_message=r[18],
-        idem_key=r[19],
-        idem_hash=r[20],
-        lease_owner=r[21],
-        delivery=delivery,
-    )
-
-
-def _row_to_delivery(r: Row) -> Delivery:
-    return Delivery(
-        id=r[0],
-        job_id=r[1],
-        tenant_id=r[2],
-        event=r[3],
-        url=r[4],
-        body=bytes(r[5]),
-        state=DeliveryState(r[6]),
-        attempts=r[7],
-        deadline=r[8],
-        created_at=r[9],
-        secret_enc=r[10],
-        signing_key_enc=r[11],
-        job_status=JobStatus(r[12]),
-    )
-
-
-def _row_to_attempt(r: Row) -> Attempt:
-    return Attempt(
-        delivery_id=r[0],
-        job_id=r[1],
-        event=r[2],
-        attempt=r[3],
-        started_at=r[4],
-        duration_ms=r[5],
-        status_code=r[6],
-        error=r[7],
-        response_excerpt=r[8],
-        next_attempt_at=r[9],
-    )
 
 
 def _delivery_args(
@@ -415,17 +349,17 @@ class SqliteStore:
         return int(row[0])
 
     async def put_policy(self, tenant_id: str, name: str, source: Mapping[str, Any], now: float) -> None:
-        args = {"tenant_id": tenant_id, "name": name, "source": _json(source), "now": now}
+        args = {"tenant_id": tenant_id, "name": name, "source": to_json(source), "now": now}
         await self._write(lambda c: c.execute(Q["put_policy"], args))
 
     async def get_policy(self, tenant_id: str, name: str) -> PolicyRecord | None:
         args = {"tenant_id": tenant_id, "name": name}
         row = await self._read(lambda c: c.execute(Q["get_policy"], args).fetchone())
-        return None if row is None else PolicyRecord(row[0], _unjson(row[1]), row[2])
+        return None if row is None else PolicyRecord(row[0], from_json(row[1]), row[2])
 
     async def list_policies(self, tenant_id: str) -> list[PolicyRecord]:
         rows = await self._read(lambda c: c.execute(Q["list_policies"], {"tenant_id": tenant_id}).fetchall())
-        return [PolicyRecord(r[0], _unjson(r[1]), r[2]) for r in rows]
+        return [PolicyRecord(r[0], from_json(r[1]), r[2]) for r in rows]
 
     async def delete_policy(self, tenant_id: str, name: str) -> bool:
         args = {"tenant_id": tenant_id, "name": name}
@@ -447,7 +381,7 @@ class SqliteStore:
             "webhook_url": job.webhook_url,
             "secret_enc": job.secret_enc,
             "signing_key_enc": job.signing_key_enc,
-            "metadata": _json(job.metadata),
+            "metadata": to_json(job.metadata),
             "now": now,
             "expires_at": job.expires_at,
             "run_at": now + lease if claim_for else now,
@@ -519,7 +453,7 @@ class SqliteStore:
     async def list_attempts(self, tenant_id: str, job_id: str) -> list[Attempt]:
         args = {"tenant_id": tenant_id, "job_id": job_id}
         rows = await self._read(lambda c: c.execute(Q["list_attempts"], args).fetchall())
-        return [_row_to_attempt(r) for r in rows]
+        return [row_to_attempt(r) for r in rows]
 
     # ---- transitions ----------------------------------------------------------------------
 
@@ -558,7 +492,7 @@ class SqliteStore:
             value = getattr(changes, column)
             if value is not None:
                 sets.append(f"{column} = :{column}")
-                args[column] = _json(value)
+                args[column] = to_json(value)
         if changes.clear_input:
             sets.append("input_text = NULL")
         if changes.clear_output:
@@ -574,7 +508,7 @@ class SqliteStore:
         cur = c.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE {where}", args)
         if cur.rowcount != 1:
             return False
-        if target in _STOPS_DELIVERY:
+        if target in STOPS_DELIVERY:
             c.execute(Q["cancel_pending_deliveries"], {"job_id": job_id})
         for d in deliveries:
             c.execute(Q["insert_delivery"], _delivery_args(d, job_id, now, claim_for, lease))
@@ -698,7 +632,7 @@ class SqliteStore:
                 f" WHERE d.id IN ({marks})",
                 claimed,
             ).fetchall()
-            return [_row_to_delivery(r) for r in rows]
+            return [row_to_delivery(r) for r in rows]
 
         return await self._write(op)
 
@@ -824,7 +758,7 @@ class SqliteStore:
         def op(c: sqlite3.Connection) -> QueueStats:
             counts = dict(c.execute(Q["queue_counts"]).fetchall())
             queues = {}
-            for name in _QUEUES:
+            for name in QUEUES:
                 oldest = c.execute(Q["oldest_in_status"], {"status": name}).fetchone()[0]
                 queues[name] = QueueStat(depth=int(counts.get(name, 0)), oldest_since=oldest)
             return QueueStats(queues=queues, retrying=int(counts.get("retrying", 0)))
