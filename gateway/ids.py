@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -25,10 +26,23 @@ def _b32(value: int, length: int) -> str:
     return encoded[len(encoded) - length :].translate(_FROM_RFC4648)
 
 
+_RAND_BITS = 80
+_last = [0, 0]  # (ms, random part) of the previous id made in this process
+_lock = threading.Lock()
+
+
 def ulid(now: float | None = None) -> str:
+    """Within one process, ids made in the same millisecond still sort in creation order (ULID's
+    monotonic mode): the random part of the previous id plus one. Across processes, the millisecond
+    orders them."""
     ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    return _b32((ms << 80) | rand, 26)
+    with _lock:
+        if ms == _last[0] and _last[1] + 1 < (1 << _RAND_BITS):
+            rand = _last[1] + 1
+        else:
+            rand = int.from_bytes(os.urandom(_RAND_BITS // 8), "big") >> 1  # room to count up
+        _last[0], _last[1] = ms, rand
+    return _b32((ms << _RAND_BITS) | rand, 26)
 
 
 def job_id(now: float | None = None) -> str:

@@ -32,3 +32,10 @@ def test_base32_matches_the_digit_by_digit_definition() -> None:
 
     for value in (0, 1, 31, 32, 2**127 + 12345, 2**130 - 1, 0x1234_5678_9ABC_DEF0_1122_3344_5566_7788):
         assert _b32(value, 26) == slow(value, 26)
+
+
+def test_ids_made_in_one_millisecond_keep_creation_order() -> None:
+    """GET /v1/jobs lists newest first by id: jobs created in the same millisecond must not
+    come back in random order."""
+    made = [ids.job_id(1_700_000_000.0) for _ in range(200)]
+    assert made == sorted(made) and len(set(made)) == 200
