@@ -43,6 +43,7 @@ from gateway.store.base import (
 from gateway.store.rows import (
     QUEUES,
     STOPS_DELIVERY,
+    Row,
     from_json,
     row_to_attempt,
     row_to_delivery,
@@ -52,7 +53,6 @@ from gateway.store.rows import (
 from gateway.store.sqlfile import load_migrations, load_queries
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
 
 _Q = load_queries("gateway.store", "sqlite_queries.sql")
 _JOB_COLS = " ".join(_Q["job_columns"].split())

@@ -22,9 +22,6 @@ UPDATE jobs SET idem_key = NULL WHERE id = :id
 -- name: get_job
 SELECT {job_columns} FROM jobs WHERE id = :id AND tenant_id = :tenant_id
 
--- name: get_job_any_tenant
-SELECT {job_columns} FROM jobs WHERE id = :id
-
 -- name: list_jobs
 SELECT {job_columns} FROM jobs
  WHERE tenant_id = :tenant_id AND id < :before
