@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import subprocess
@@ -95,7 +96,11 @@ async def wait_ready(url: str, within: float = 30) -> None:
     raise RuntimeError(f"{url} not ready")
 
 
-async def run_load(target: str, receiver: str, jobs: int, concurrency: int, within: float) -> dict[str, Any]:
+async def run_load(
+    targets: list[str], receiver: str, jobs: int, concurrency: int, within: float
+) -> dict[str, Any]:
+    """`jobs` creates by `concurrency` clients, round-robin over `targets`; then wait (bounded) for
+    the receiver to count a webhook per accepted job."""
     hook = f"{receiver}/hook"
     body = {"message_input": PROMPT, "message_output": ANSWER, "webhook_url": hook, "metadata": {"k": "v"}}
     headers = {"Authorization": f"Bearer {API_KEY}"}
@@ -105,23 +110,27 @@ async def run_load(target: str, receiver: str, jobs: int, concurrency: int, with
         async with s.post(f"{receiver}/reset") as r:
             await r.read()
         queue = iter(range(jobs))
+        spread = itertools.cycle(targets)
 
         async def client() -> None:
             nonlocal errors
             for _ in queue:
+                target = next(spread)
                 t0 = time.perf_counter()
-                async with s.post(f"{target}/v1/jobs", json=body, headers=headers) as r:
-                    await r.read()
-                    if r.status != 202:
-                        errors += 1
+                try:
+                    async with s.post(f"{target}/v1/jobs", json=body, headers=headers) as r:
+                        await r.read()
+                        if r.status != 202:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
                 latencies.append(time.perf_counter() - t0)
 
         started = time.time()
         await asyncio.gather(*(client() for _ in range(concurrency)))
         created = time.time()
         deadline = time.monotonic() + within
-        count = 0
-        last = None
+        count, last = 0, None
         while time.monotonic() < deadline:
             async with s.get(f"{receiver}/stats") as r:
                 stats = await r.json()
@@ -139,7 +148,7 @@ async def run_load(target: str, receiver: str, jobs: int, concurrency: int, with
         "jobs_per_s": count / elapsed if elapsed > 0 else 0.0,
         "create_per_s": jobs / (created - started),
         "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
     }
 
 
@@ -221,10 +230,10 @@ async def main() -> int:
     try:
         await wait_ready(f"{gw}/readyz")
         # warm both up (imports, connection pools, SQLite pages), then measure
-        await run_load(relay, receiver, args.warmup, args.concurrency, args.timeout)
-        await run_load(gw, receiver, args.warmup, args.concurrency, args.timeout)
-        ceiling = await run_load(relay, receiver, args.jobs, args.concurrency, args.timeout)
-        ours = await run_load(gw, receiver, args.jobs, args.concurrency, args.timeout)
+        await run_load([relay], receiver, args.warmup, args.concurrency, args.timeout)
+        await run_load([gw], receiver, args.warmup, args.concurrency, args.timeout)
+        ceiling = await run_load([relay], receiver, args.jobs, args.concurrency, args.timeout)
+        ours = await run_load([gw], receiver, args.jobs, args.concurrency, args.timeout)
         half = 0.5 * ceiling["jobs_per_s"]
         steady = await run_open_loop(gw, receiver, half, args.open_seconds, args.timeout)
     finally:

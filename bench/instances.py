@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,19 +33,11 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _procs import free_port, start_receiver
+from e2e_throughput import API_KEY, run_load
 
 REPO = Path(__file__).resolve().parents[1]
-API_KEY = "gwk_bench_key_0123456789abcdef0123456789"
 SECRET_KEY = "bench-instances-shared-secret-key-0123456789abcdef"  # every instance of one database
 DEFAULT_POSTGRES = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-PROMPT = (
-    "Hi, I'm planning a trip to Lisbon next month. Could you suggest a 3-day itinerary? "
-    "You can send the details to jane.doe@example.com or call me at +1 415 555 0132."
-)
-ANSWER = (
-    "Day 1: Alfama and the castle. Day 2: Belém, the tower and the monastery. Day 3: Sintra. "
-    "I've noted your email; I can't send mail myself, but here's the plan."
-)
 
 
 @dataclass
@@ -113,62 +103,6 @@ async def wait_ready(instances: list[Instance], within: float = 30) -> None:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{inst.base} not ready")
                 await asyncio.sleep(0.1)
-
-
-async def run_load(
-    targets: list[str], receiver: str, jobs: int, concurrency: int, within: float
-) -> dict[str, Any]:
-    """`jobs` creates by `concurrency` clients, round-robin over `targets`; then wait (bounded) for
-    the receiver to count a webhook per accepted job."""
-    hook = f"{receiver}/hook"
-    body = {"message_input": PROMPT, "message_output": ANSWER, "webhook_url": hook, "metadata": {"k": "v"}}
-    headers = {"Authorization": f"Bearer {API_KEY}"}
-    latencies: list[float] = []
-    errors = 0
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
-        async with s.post(f"{receiver}/reset") as r:
-            await r.read()
-        queue = iter(range(jobs))
-        spread = itertools.cycle(targets)
-
-        async def client() -> None:
-            nonlocal errors
-            for _ in queue:
-                target = next(spread)
-                t0 = time.perf_counter()
-                try:
-                    async with s.post(f"{target}/v1/jobs", json=body, headers=headers) as r:
-                        await r.read()
-                        if r.status != 202:
-                            errors += 1
-                except aiohttp.ClientError:
-                    errors += 1
-                latencies.append(time.perf_counter() - t0)
-
-        started = time.time()
-        await asyncio.gather(*(client() for _ in range(concurrency)))
-        created = time.time()
-        deadline = time.monotonic() + within
-        count, last = 0, None
-        while time.monotonic() < deadline:
-            async with s.get(f"{receiver}/stats") as r:
-                stats = await r.json()
-            count, last = stats["count"], stats["last"]
-            if count >= jobs - errors:
-                break
-            await asyncio.sleep(0.05)
-    elapsed = (last or time.time()) - started
-    latencies.sort()
-    return {
-        "jobs": jobs,
-        "errors": errors,
-        "delivered": count,
-        "seconds": elapsed,
-        "jobs_per_s": count / elapsed if elapsed > 0 else 0.0,
-        "create_per_s": jobs / (created - started),
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
-    }
 
 
 async def drop_schemas(url: str, names: list[str]) -> None:
