@@ -65,11 +65,8 @@ def tmp_path_factory(tmp_path_factory: pytest.TempPathFactory, backend: str) -> 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Server]:
     srv = Server(root=Path(tmp_path_factory.mktemp(f"gateway-{backend}")))
-    srv.start()
-    try:
+    with srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

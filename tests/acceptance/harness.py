@@ -236,6 +236,13 @@ class Server:
             time.sleep(0.05)
         raise RuntimeError(f"server did not become ready:\n{self.log_path.read_text()}")
 
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
         if self.proc is None:
             return None

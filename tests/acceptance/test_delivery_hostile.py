@@ -34,12 +34,8 @@ ONE_MB = 1024 * 1024
 
 
 def _serve(root: Path, **env: str) -> Iterator[Server]:
-    srv = Server(root=root, env_overrides=env)
-    srv.start()
-    try:
+    with Server(root=root, env_overrides=env) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -43,11 +43,8 @@ class ExampleReceiver:
 @pytest.fixture(scope="module")
 def gateway_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(root=Path(tmp_path_factory.mktemp("gateway")))
-    srv.start()
-    try:
+    with srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -38,11 +38,8 @@ def signing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
         root=Path(tmp_path_factory.mktemp("signing")),
         env_overrides={"GATEWAY_WEBHOOK_RETRY_SCHEDULE": "1.5,1.5,1.5"},
     )
-    srv.start()
-    try:
+    with srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 async def create(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:

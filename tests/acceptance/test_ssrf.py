@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,8 @@ TERMINAL = {"inbound_blocked", "outbound_blocked", "completed", "failed", "expir
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(root=Path(tmp_path_factory.mktemp("guarded")), env_overrides=GUARDED)
-    srv.start()
-    try:
+    with srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -42,21 +39,8 @@ def api_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(
         root=Path(tmp_path_factory.mktemp("api-only")), env_overrides=GUARDED, serve_args=("--no-workers",)
     )
-    srv.start()
-    try:
+    with srv:
         yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    rcv = Receiver()
-    await rcv.start()
-    try:
-        yield rcv
-    finally:
-        await rcv.stop()
 
 
 def loopback_urls(port: int) -> list[str]:
