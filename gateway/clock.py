@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import math
 import time
-from datetime import UTC, datetime
 
 
 class Clock:
@@ -19,9 +19,21 @@ class Clock:
         self.offset += seconds
 
 
+# The last whole second formatted: a job's timestamps mostly fall in the same second, and formatting
+# through datetime costs ~5 µs against ~0.6 µs for this (it runs several times per job).
+_last_second: tuple[int, str] = (-1, "")
+
+
 def rfc3339(ts: float | None) -> str | None:
-    """Epoch seconds -> RFC 3339 UTC with millisecond precision and a `Z`."""
+    """Epoch seconds -> RFC 3339 UTC with millisecond precision (truncated) and a `Z`."""
+    global _last_second
     if ts is None:
         return None
-    dt = datetime.fromtimestamp(ts, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    second = math.floor(ts)
+    cached = _last_second
+    if cached[0] == second:
+        prefix = cached[1]
+    else:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        _last_second = (second, prefix)
+    return f"{prefix}{min(int((ts - second) * 1000), 999):03d}Z"

@@ -20,13 +20,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway import ids
+from gateway import ids, plan
 from gateway.delivery.retry import next_delay
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
 from gateway.delivery.signing import webhook_headers
-from gateway.jobs import TERMINAL, DeliveryState, JobStatus, Mode, WebhookEvent
-from gateway.store.base import Attempt, Delivery, Job, JobChanges, NewDelivery, StoreError
-from gateway.webhooks import event_body
+from gateway.jobs import TERMINAL, DeliveryState, JobStatus, WebhookEvent
+from gateway.store.base import Attempt, Delivery, FilterOutcome, Job, JobChanges, StoreError
 from rules import CompiledPolicy
 
 if TYPE_CHECKING:
@@ -37,18 +36,6 @@ log = logging.getLogger("gateway.pipeline")
 S = JobStatus
 _BIG_TEXT = 64 * 1024  # filter larger texts in a thread so one huge prompt cannot stall the loop
 _CLAIM_BATCH = 256
-
-
-def _fail_closed(rule: str, message: str) -> dict[str, Any]:
-    """The verdict recorded when a job cannot be filtered: blocked, never let through unfiltered."""
-    return {
-        "verdict": "blocked",
-        "message": None,
-        "matches": [
-            {"rule": rule, "category": "gateway", "action": "block", "start": 0, "end": 0, "score": 1.0}
-        ],
-        "error": message,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,22 +206,9 @@ class Pipeline:
         )
 
     async def _scan(self, policy: CompiledPolicy | None, text: str | None, direction: str) -> dict[str, Any]:
-        if policy is None:
-            return _fail_closed("gateway.policy_unavailable", "the job's policy no longer exists")
-        if text is None:
-            return _fail_closed("gateway.missing_text", f"no {direction} text to filter")
-        started = time.perf_counter()
-        try:
-            if len(text) > _BIG_TEXT:
-                verdict = await asyncio.to_thread(policy.scan, text, direction)
-            else:
-                verdict = policy.scan(text, direction)
-        except Exception:
-            log.exception("filter crashed on a %s message", direction)
-            return _fail_closed("gateway.filter_error", "the filter failed on this message")
-        finally:
-            self.rt.metrics.filter_seconds.labels(direction).observe(time.perf_counter() - started)
-        return verdict.to_dict()
+        if text is not None and len(text) > _BIG_TEXT:
+            return await asyncio.to_thread(plan.scan, policy, text, direction, self.rt.metrics)
+        return plan.scan(policy, text, direction, self.rt.metrics)
 
     async def _process_job(self, job: Job) -> None:
         rt = self.rt
@@ -242,60 +216,41 @@ class Pipeline:
             return
         policy = await rt.policies.get(job.tenant_id, job.policy)
         inbound = job.inbound
-        outbound: dict[str, Any] | None = None
-        changes: dict[str, Any] = {}
-        path: list[JobStatus] = [job.status]
-        event: WebhookEvent | None = None
-
         if job.status is S.PROCESSING_INBOUND:
             inbound = await self._scan(policy, job.input_text, "inbound")
-            changes.update(inbound=inbound, clear_input=True)
-            if inbound["verdict"] == "blocked":
-                path.append(S.INBOUND_BLOCKED)
-                event = WebhookEvent.INBOUND_BLOCKED
-            elif job.mode is Mode.SEPARATE:
-                path.append(S.AWAITING_RESPONSE)
-                event = WebhookEvent.AWAITING_RESPONSE
-            else:
-                path.append(S.PROCESSING_OUTBOUND)
-        if path[-1] is S.PROCESSING_OUTBOUND:
+        outbound = None
+        if plan.outbound_needed(job.status, job.mode, inbound):
             outbound = await self._scan(policy, job.output_text, "outbound")
-            changes.update(outbound=outbound, clear_output=True)
-            if outbound["verdict"] == "blocked":
-                path.append(S.OUTBOUND_BLOCKED)
-                event = WebhookEvent.OUTBOUND_BLOCKED
-            else:
-                path.append(S.DELIVERING)
-                event = WebhookEvent.COMPLETED
-                if job.webhook_url is None:
-                    path.append(S.COMPLETED)
 
         # Store first, then send: a receiver that calls back from its handler (reads the job,
         # posts the response to `job.awaiting_response`) must see the status its webhook announces.
         now = rt.clock.now()
-        deliveries: list[NewDelivery] = []
-        if job.webhook_url is not None and event is not None:
-            body = event_body(event, job, now=now, inbound=inbound, outbound=outbound)
-            wid = ids.webhook_id_for(job.id, event.value)
-            deliveries.append(NewDelivery(wid, event.value, job.webhook_url, body, deadline=job.expires_at))
-        claim = self.owner if deliveries and self.accepting else None
+        outcome = plan.plan(job, job.status, inbound=inbound, outbound=outbound, now=now)
+        claim = self.owner if outcome.deliveries and self.accepting else None
         ok = await rt.store.transition(
             job.id,
-            path,
+            outcome.path,
             now=now,
             owner=self.owner,
-            changes=JobChanges(**changes),
-            deliveries=deliveries,
+            changes=outcome.changes,
+            deliveries=outcome.deliveries,
             claim_for=claim,
             lease=self.settings.lease_seconds,
         )
         if not ok:
             return  # cancelled, expired, or taken over after our lease ran out: someone else decides
-        if path[-1] in TERMINAL:
-            rt.metrics.jobs_finished.labels(path[-1].value).inc()
-        if claim is None:
-            return
-        for new in deliveries:  # leased to us in the same write: send now, no claim round-trip
+        if outcome.path[-1] in TERMINAL:
+            rt.metrics.jobs_finished.labels(outcome.path[-1].value).inc()
+        if claim is not None:
+            self.send_leased(job, outcome, now=now)
+
+    def send_leased(self, job: Job, outcome: FilterOutcome, *, now: float) -> None:
+        """`outcome.deliveries` were stored leased to this worker in the write that stored `job`
+        filtered (by `_process_job` or by the create request): send them now, no claim round-trip."""
+        if not self.accepting:
+            return  # stopping: their leases run out and another worker (or our restart) sends them
+        final = outcome.path[-1]
+        for new in outcome.deliveries:
             self._deliveries.local.append(
                 Delivery(
                     id=new.id,
@@ -310,7 +265,7 @@ class Pipeline:
                     created_at=now,
                     secret_enc=job.secret_enc,
                     signing_key_enc=job.signing_key_enc,
-                    job_status=path[-1],
+                    job_status=final,
                 )
             )
         self._deliveries.poke()

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 from gateway.clock import Clock
 from gateway.crypto import SecretBox, hash_api_key
+from gateway.jobs import TERMINAL
 from gateway.metrics import Metrics
 from gateway.policies import PolicyRegistry
 from gateway.settings import Settings
-from gateway.store.base import Job, Store
+from gateway.store.base import FilterOutcome, Job, Store
 
 if TYPE_CHECKING:
     from gateway.pipeline import Pipeline
@@ -42,6 +43,14 @@ class Runtime:
         them), or do nothing and let whichever worker claims it first run it."""
         if self.pipeline is not None:
             self.pipeline.offer(job)
+
+    def job_filtered(self, job: Job, outcome: FilterOutcome, *, claimed_by: str | None, now: float) -> None:
+        """A job was created already filtered (its webhooks queued in the same write, leased to
+        `claimed_by` if that is our worker): count it if it finished, and send its webhooks."""
+        if outcome.path[-1] in TERMINAL:
+            self.metrics.jobs_finished.labels(outcome.path[-1].value).inc()
+        if self.pipeline is not None and claimed_by == self.pipeline.owner and outcome.deliveries:
+            self.pipeline.send_leased(job, outcome, now=now)
 
     async def ensure_bootstrap_key(self) -> None:
         key = self.settings.bootstrap_api_key

@@ -132,7 +132,13 @@ def run_worker(args: argparse.Namespace) -> int:
     overrides = {"worker_concurrency": args.concurrency} if args.concurrency else {}
     settings = Settings(**overrides)
     try:
-        asyncio.run(_worker_main(settings))
+        # the event loop `serve` gets from uvicorn: uvloop where it is installed (it is a dependency)
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover
+            asyncio.run(_worker_main(settings))
+        else:
+            uvloop.run(_worker_main(settings))
     except KeyboardInterrupt:  # pragma: no cover
         return 130
     return 0

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = Field(default=86400, ge=1)
 
     worker_concurrency: int = Field(default=64, ge=1)
+    # A job whose texts add up to at most this many characters is filtered inside POST /v1/jobs and
+    # stored filtered (one write, no worker claim); larger ones are left to the workers. 0 = never.
+    inline_filter_max_chars: int = Field(default=8192, ge=0)
     # Comma-separated seconds in the environment (`5,30,120`), as the contract has it.
     webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = (5, 30, 120, 600, 1800, 3600, 7200)
     webhook_retry_jitter: float = Field(default=0.2, ge=0, le=1)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gateway.clock import rfc3339
 from gateway.jobs import JobStatus, WebhookEvent
-from gateway.store.base import Job
 
 _STATUS_FOR_EVENT = {
     WebhookEvent.AWAITING_RESPONSE: JobStatus.AWAITING_RESPONSE,
@@ -27,7 +27,8 @@ def without_content(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def event_body(
     event: WebhookEvent,
-    job: Job,
+    job_id: str,
+    metadata: Mapping[str, Any],
     *,
     now: float,
     inbound: dict[str, Any] | None,
@@ -44,10 +45,10 @@ def event_body(
         data = {"inbound": inbound, "outbound": outbound}
     payload = {
         "event": event.value,
-        "job_id": job.id,
+        "job_id": job_id,
         "status": _STATUS_FOR_EVENT[event].value,
         "timestamp": rfc3339(now),
-        "metadata": job.metadata,
+        "metadata": metadata,
         "data": data,
     }
     return orjson.dumps(payload)

@@ -48,6 +48,21 @@ def parse_json(raw: bytes) -> Any:
         raise invalid(f"the request body is not valid JSON: {first_error}", status=400) from None
 
 
+_SURROGATE_ESCAPES = tuple(b"\\ud" + digit for digit in (b"8", b"9", b"a", b"b", b"c", b"d", b"e", b"f"))
+
+
+def _plainly_storable(raw: bytes) -> bool:
+    """True when the parsed JSON text `raw` cannot hold a string `check_strings` would refuse, so
+    the walk over every string can be skipped. A parsed body is valid UTF-8 (both parsers insist),
+    so a bad string can only come from an escape: `\\u0000` (a raw NUL is invalid JSON) or a
+    surrogate `\\ud800`-`\\udfff` (a valid pair lands here too and is checked the slow way, as
+    is an escaped backslash before `u0000`: false positives only cost the walk)."""
+    if b"\\u" not in raw:
+        return True
+    lowered = raw.lower()
+    return b"\\u0000" not in lowered and not any(e in lowered for e in _SURROGATE_ESCAPES)
+
+
 def check_strings(value: Any, root: str = "", *, allow_nul: bool = False) -> None:
     """422 unless every string (and object key) in `value` is well-formed Unicode and, unless
     `allow_nul` (for text that is only scanned, never stored), free of NUL characters."""
@@ -95,17 +110,21 @@ async def read_object(
     request: Request, allowed: Collection[str], *, allow_nul: bool = False
 ) -> dict[str, Any]:
     """The body as a JSON object with only `allowed` fields and only storable strings."""
-    body = parse_json(await request.body())
-    return check_object(body, allowed, allow_nul=allow_nul)
+    raw = await request.body()
+    body = parse_json(raw)
+    return check_object(body, allowed, allow_nul=allow_nul, raw=raw)
 
 
-def check_object(body: Any, allowed: Collection[str], *, allow_nul: bool = False) -> dict[str, Any]:
+def check_object(
+    body: Any, allowed: Collection[str], *, allow_nul: bool = False, raw: bytes | None = None
+) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid(
             f"the request body must be a JSON object, not {json_type(body)}",
             [field_problem("body", f"expected an object, got {json_type(body)}")],
         )
-    check_strings(body, allow_nul=allow_nul)
+    if raw is None or not _plainly_storable(raw):
+        check_strings(body, allow_nul=allow_nul)
     unknown = sorted(k for k in body if k not in allowed)
     if unknown:
         raise invalid(

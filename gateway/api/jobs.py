@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import ids
+from gateway import ids, plan
 from gateway.api.auth import authenticate, runtime_of
 from gateway.api.bodies import Problems, json_type, optional_str, read_object
 from gateway.api.errors import ApiError, invalid, not_found
@@ -191,7 +191,8 @@ async def create_job(request: Request) -> Response:
     idem_key = _idempotency_key(request)
     body = await read_object(request, CREATE_FIELDS)
     req = _parse_create(body, settings.webhook_allow_private_networks)
-    if await runtime.policies.get(tenant, req.policy) is None:
+    policy = await runtime.policies.get(tenant, req.policy)
+    if policy is None:
         raise invalid(
             f"unknown policy {req.policy!r}",
             [{"field": "policy", "problem": f"unknown policy {req.policy!r}"}],
@@ -223,15 +224,27 @@ async def create_job(request: Request) -> Response:
         idem_key=idem_key,
         idem_hash=request_hash(body) if idem_key is not None else None,
     )
+    filtered = None
+    if len(req.input_text) + len(req.output_text or "") <= settings.inline_filter_max_chars:
+        # Small enough to filter right here: the job is stored filtered, its webhook queued, in the
+        # create's one write; no worker has to claim it and write again.
+        filtered = plan.filter_new_job(
+            new, policy, req.input_text, req.output_text, now=now, metrics=runtime.metrics
+        )
+    claim_for = runtime.local_owner
     job, created = await runtime.store.create_job(
         new,
-        claim_for=runtime.local_owner,
+        claim_for=claim_for,
         lease=settings.lease_seconds,
         idempotency_ttl=settings.idempotency_ttl_seconds,
+        filtered=filtered,
     )
     headers = {"Location": f"/v1/jobs/{job.id}"}
     if created:
-        runtime.job_ready(job)
+        if filtered is None:
+            runtime.job_ready(job)
+        else:
+            runtime.job_filtered(job, filtered, claimed_by=claim_for, now=now)
         runtime.metrics.jobs_created.labels(mode.value).inc()
         return JSONResponse(_created_body(job, secret, public_key), status_code=202, headers=headers)
 

@@ -146,6 +146,16 @@ class JobChanges:
     error_message: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """What filtering a job decided (gateway/plan.py): the statuses it moves through (`path[0]` is
+    the status it was filtered in), the columns it records, and the webhooks it queues."""
+
+    path: tuple[JobStatus, ...]
+    changes: JobChanges
+    deliveries: tuple[NewDelivery, ...] = ()
+
+
 def expiry_changes(status: JobStatus) -> JobChanges:
     """What a job records when it expires (the sweeper, or a request that finds it overdue)."""
     return JobChanges(
@@ -191,11 +201,21 @@ class Store(Protocol):
 
     # jobs
     async def create_job(
-        self, job: NewJob, *, claim_for: str | None, lease: float, idempotency_ttl: float
+        self,
+        job: NewJob,
+        *,
+        claim_for: str | None,
+        lease: float,
+        idempotency_ttl: float,
+        filtered: FilterOutcome | None = None,
     ) -> tuple[Job, bool]:
         """Insert a job in `processing_inbound`. With an idempotency key already used by the tenant
         within `idempotency_ttl`, insert nothing and return (that job, False). With `claim_for`, the
-        new job is already leased to that worker (saves a claim round-trip on the hot path)."""
+        new job is already leased to that worker (saves a claim round-trip on the hot path).
+
+        With `filtered` (the request filtered the job already), the same write stores the job at
+        `filtered.path[-1]` with `filtered.changes` applied, exactly as `transition` would, and
+        queues `filtered.deliveries`, leased to `claim_for` when given, else due at once."""
         ...
 
     async def get_job(self, tenant_id: str, job_id: str) -> Job | None: ...

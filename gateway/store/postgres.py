@@ -46,6 +46,7 @@ from gateway.store.base import (
     CasResult,
     Delivery,
     DeliverySummary,
+    FilterOutcome,
     Job,
     JobChanges,
     NewDelivery,
@@ -61,6 +62,7 @@ from gateway.store.rows import (
     QUEUES,
     STOPS_DELIVERY,
     from_json,
+    initial_state,
     row_to_attempt,
     row_to_delivery,
     row_to_job,
@@ -466,40 +468,61 @@ class PostgresStore:
     # ---- jobs -----------------------------------------------------------------------------
 
     async def create_job(
-        self, job: NewJob, *, claim_for: str | None, lease: float, idempotency_ttl: float
+        self,
+        job: NewJob,
+        *,
+        claim_for: str | None,
+        lease: float,
+        idempotency_ttl: float,
+        filtered: FilterOutcome | None = None,
     ) -> tuple[Job, bool]:
         """One INSERT on the hot path. With an Idempotency-Key, the unique index picks one winner among
         concurrent creates on any instance; a loser reads the winner's job (its INSERT waited for the
-        winner's commit, so the next statement sees it). A key past its TTL is freed and tried again."""
+        winner's commit, so the next statement sees it). A key past its TTL is freed and tried again.
+        A job the request filtered already is inserted at its next status, and its webhooks in the
+        same statement (a CTE), so a losing INSERT queues none."""
         now = job.created_at
-        notify = "" if claim_for else ", pg_notify($17, 'jobs')"
-        sql = Q["insert_job"].replace("{notify}", notify)
-        args: list[Any] = [
+        start = initial_state(job, filtered, now=now, claim_for=claim_for, lease=lease)
+        a = _Args()
+        a.values = [
             job.id,
             job.tenant_id,
+            start.status.value,
             job.mode.value,
             job.policy,
-            job.input_text,
-            job.output_text,
+            start.input_text,
+            start.output_text,
+            None if start.inbound is None else to_json(start.inbound),
+            None if start.outbound is None else to_json(start.outbound),
             job.webhook_url,
             job.secret_enc,
             job.signing_key_enc,
             to_json(job.metadata),
             now,
             job.expires_at,
-            now + lease if claim_for else now,
-            claim_for,
+            start.finished_at,
+            start.run_at,
+            start.lease_owner,
+            start.error_code,
+            start.error_message,
             job.idem_key,
             job.idem_hash,
         ]
-        if not claim_for:
-            args.append(self.channel)
+        notify = ""
+        if start.status in RUNNABLE and not claim_for:
+            notify = f", pg_notify({a(self.channel, 'text')}, 'jobs')"
+        sql = Q["insert_job"].replace("{notify}", notify)
+        if filtered is not None and filtered.deliveries:
+            deliveries = self._insert_deliveries(
+                a, "j", filtered.deliveries, now=now, claim_for=claim_for, lease=lease
+            )
+            sql = f"WITH j AS ({sql}), {deliveries} SELECT * FROM j"
+        summary = DeliverySummary(0, None, None, None, None) if job.webhook_url else None
 
         async def op(c: Any) -> tuple[Job, bool]:
             for _ in range(_ATTEMPTS):
-                row = await c.fetchrow(sql, *args)
+                row = await c.fetchrow(sql, *a.values)
                 if row is not None:
-                    summary = DeliverySummary(0, None, None, None, None) if job.webhook_url else None
                     return row_to_job(row, summary), True
                 existing = await c.fetchrow(Q["find_idem"], job.tenant_id, job.idem_key)
                 if existing is None:

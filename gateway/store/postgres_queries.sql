@@ -29,12 +29,13 @@ LEFT JOIN LATERAL (
 
 -- name: insert_job
 -- Idempotency across instances: the partial unique index decides which INSERT wins; the losers get no
--- row back and read the winner's job. The store appends a pg_notify() when no local worker took the job.
-INSERT INTO jobs (id, tenant_id, status, mode, policy, input_text, output_text, webhook_url,
-                  secret_enc, signing_key_enc, metadata, created_at, updated_at, status_since,
-                  expires_at, run_at, lease_owner, idem_key, idem_hash)
-VALUES ($1, $2, 'processing_inbound', $3, $4, $5, $6, $7, $8, $9, $10::json, $11::float8, $11::float8,
-        $11::float8, $12::float8, $13::float8, $14, $15, $16)
+-- row back and read the winner's job. The store appends a pg_notify() when no local worker took the job,
+-- and wraps it in a CTE that queues its webhooks when the request filtered the job already.
+INSERT INTO jobs (id, tenant_id, status, mode, policy, input_text, output_text, inbound, outbound,
+                  webhook_url, secret_enc, signing_key_enc, metadata, created_at, updated_at, status_since,
+                  expires_at, finished_at, run_at, lease_owner, error_code, error_message, idem_key, idem_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::json, $9::json, $10, $11, $12, $13::json, $14::float8, $14::float8,
+        $14::float8, $15::float8, $16::float8, $17::float8, $18, $19, $20, $21, $22)
 ON CONFLICT (tenant_id, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 RETURNING {job_columns}{notify}
 

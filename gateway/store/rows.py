@@ -8,12 +8,13 @@ and an asyncpg Record are both indexed by position.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from gateway.jobs import DeliveryState, JobStatus, Mode
-from gateway.store.base import Attempt, Delivery, DeliverySummary, Job
+from gateway.jobs import RUNNABLE, TERMINAL, DeliveryState, JobStatus, Mode, check_path
+from gateway.store.base import Attempt, Delivery, DeliverySummary, FilterOutcome, Job, NewJob
 
 Row = Sequence[Any]
 
@@ -29,6 +30,86 @@ def to_json(value: Mapping[str, Any] | None) -> str | None:
 
 def from_json(value: str | bytes | None) -> Any:
     return None if value is None else orjson.loads(value)
+
+
+@dataclass(frozen=True, slots=True)
+class InitialState:
+    """The columns a new job is stored with: `processing_inbound` with its texts, or, when the
+    request filtered it already, the state `transition(filtered.path, filtered.changes)` would
+    leave it in."""
+
+    status: JobStatus
+    input_text: str | None
+    output_text: str | None
+    inbound: Mapping[str, Any] | None
+    outbound: Mapping[str, Any] | None
+    finished_at: float | None
+    run_at: float | None
+    lease_owner: str | None
+    error_code: str | None
+    error_message: str | None
+
+    def job(self, new: NewJob, *, now: float) -> Job:
+        return Job(
+            id=new.id,
+            tenant_id=new.tenant_id,
+            status=self.status,
+            mode=new.mode,
+            policy=new.policy,
+            input_text=self.input_text,
+            output_text=self.output_text,
+            inbound=None if self.inbound is None else dict(self.inbound),
+            outbound=None if self.outbound is None else dict(self.outbound),
+            webhook_url=new.webhook_url,
+            secret_enc=new.secret_enc,
+            signing_key_enc=new.signing_key_enc,
+            metadata=dict(new.metadata),
+            created_at=now,
+            updated_at=now,
+            expires_at=new.expires_at,
+            finished_at=self.finished_at,
+            error_code=self.error_code,
+            error_message=self.error_message,
+            idem_key=new.idem_key,
+            idem_hash=new.idem_hash,
+            lease_owner=self.lease_owner,
+            delivery=DeliverySummary(0, None, None, None, None) if new.webhook_url else None,
+        )
+
+
+def initial_state(
+    new: NewJob, filtered: FilterOutcome | None, *, now: float, claim_for: str | None, lease: float
+) -> InitialState:
+    status = JobStatus.PROCESSING_INBOUND
+    input_text: str | None = new.input_text
+    output_text = new.output_text
+    inbound = outbound = None
+    error_code = error_message = None
+    if filtered is not None:
+        if filtered.path[0] is not JobStatus.PROCESSING_INBOUND:
+            raise ValueError("a new job is filtered from processing_inbound")
+        check_path(filtered.path)
+        status = filtered.path[-1]
+        ch = filtered.changes
+        input_text = None if ch.clear_input else (ch.input_text if ch.input_text is not None else input_text)
+        output_text = (
+            None if ch.clear_output else (ch.output_text if ch.output_text is not None else output_text)
+        )
+        inbound, outbound = ch.inbound, ch.outbound
+        error_code, error_message = ch.error_code, ch.error_message
+    runnable = status in RUNNABLE
+    return InitialState(
+        status=status,
+        input_text=input_text,
+        output_text=output_text,
+        inbound=inbound,
+        outbound=outbound,
+        finished_at=now if status in TERMINAL else None,
+        run_at=(now + lease if claim_for else now) if runnable else None,
+        lease_owner=claim_for if runnable else None,
+        error_code=error_code,
+        error_message=error_message,
+    )
 
 
 def row_to_job(r: Row, delivery: DeliverySummary | None = None) -> Job:

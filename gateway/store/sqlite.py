@@ -30,6 +30,7 @@ from gateway.store.base import (
     CasResult,
     Delivery,
     DeliverySummary,
+    FilterOutcome,
     Job,
     JobChanges,
     NewDelivery,
@@ -45,6 +46,7 @@ from gateway.store.rows import (
     STOPS_DELIVERY,
     Row,
     from_json,
+    initial_state,
     row_to_attempt,
     row_to_delivery,
     row_to_job,
@@ -368,53 +370,42 @@ class SqliteStore:
     # ---- jobs -----------------------------------------------------------------------------
 
     async def create_job(
-        self, job: NewJob, *, claim_for: str | None, lease: float, idempotency_ttl: float
+        self,
+        job: NewJob,
+        *,
+        claim_for: str | None,
+        lease: float,
+        idempotency_ttl: float,
+        filtered: FilterOutcome | None = None,
     ) -> tuple[Job, bool]:
         now = job.created_at
+        start = initial_state(job, filtered, now=now, claim_for=claim_for, lease=lease)
         args = {
             "id": job.id,
             "tenant_id": job.tenant_id,
+            "status": start.status.value,
             "mode": job.mode.value,
             "policy": job.policy,
-            "input_text": job.input_text,
-            "output_text": job.output_text,
+            "input_text": start.input_text,
+            "output_text": start.output_text,
+            "inbound": None if start.inbound is None else to_json(start.inbound),
+            "outbound": None if start.outbound is None else to_json(start.outbound),
             "webhook_url": job.webhook_url,
             "secret_enc": job.secret_enc,
             "signing_key_enc": job.signing_key_enc,
             "metadata": to_json(job.metadata),
             "now": now,
             "expires_at": job.expires_at,
-            "run_at": now + lease if claim_for else now,
-            "lease_owner": claim_for,
+            "finished_at": start.finished_at,
+            "run_at": start.run_at,
+            "lease_owner": start.lease_owner,
+            "error_code": start.error_code,
+            "error_message": start.error_message,
             "idem_key": job.idem_key,
             "idem_hash": job.idem_hash,
         }
-
-        created = Job(
-            id=job.id,
-            tenant_id=job.tenant_id,
-            status=JobStatus.PROCESSING_INBOUND,
-            mode=job.mode,
-            policy=job.policy,
-            input_text=job.input_text,
-            output_text=job.output_text,
-            inbound=None,
-            outbound=None,
-            webhook_url=job.webhook_url,
-            secret_enc=job.secret_enc,
-            signing_key_enc=job.signing_key_enc,
-            metadata=dict(job.metadata),
-            created_at=now,
-            updated_at=now,
-            expires_at=job.expires_at,
-            finished_at=None,
-            error_code=None,
-            error_message=None,
-            idem_key=job.idem_key,
-            idem_hash=job.idem_hash,
-            lease_owner=claim_for,
-            delivery=DeliverySummary(0, None, None, None, None) if job.webhook_url else None,
-        )
+        deliveries = filtered.deliveries if filtered is not None else ()
+        created = start.job(job, now=now)
 
         def op(c: sqlite3.Connection) -> tuple[Job, bool]:
             if job.idem_key is not None:
@@ -426,6 +417,8 @@ class SqliteStore:
                         return row_to_job(row), False
                     c.execute(Q["forget_idem"], {"id": row[0]})
             c.execute(Q["insert_job"], args)
+            for d in deliveries:
+                c.execute(Q["insert_delivery"], _delivery_args(d, job.id, now, claim_for, lease))
             return created, True
 
         return await self._write(op)

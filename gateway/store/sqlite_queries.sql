@@ -6,12 +6,12 @@ secret_enc, signing_key_enc, metadata, created_at, updated_at, expires_at, finis
 error_code, error_message, idem_key, idem_hash, lease_owner
 
 -- name: insert_job
-INSERT INTO jobs (id, tenant_id, status, mode, policy, input_text, output_text, webhook_url,
-                  secret_enc, signing_key_enc, metadata, created_at, updated_at, status_since,
-                  expires_at, run_at, lease_owner, idem_key, idem_hash)
-VALUES (:id, :tenant_id, 'processing_inbound', :mode, :policy, :input_text, :output_text, :webhook_url,
-        :secret_enc, :signing_key_enc, :metadata, :now, :now, :now, :expires_at, :run_at, :lease_owner,
-        :idem_key, :idem_hash)
+INSERT INTO jobs (id, tenant_id, status, mode, policy, input_text, output_text, inbound, outbound,
+                  webhook_url, secret_enc, signing_key_enc, metadata, created_at, updated_at, status_since,
+                  expires_at, finished_at, run_at, lease_owner, error_code, error_message, idem_key, idem_hash)
+VALUES (:id, :tenant_id, :status, :mode, :policy, :input_text, :output_text, :inbound, :outbound,
+        :webhook_url, :secret_enc, :signing_key_enc, :metadata, :now, :now, :now, :expires_at, :finished_at,
+        :run_at, :lease_owner, :error_code, :error_message, :idem_key, :idem_hash)
 
 -- name: find_idem
 SELECT {job_columns} FROM jobs WHERE tenant_id = :tenant_id AND idem_key = :idem_key

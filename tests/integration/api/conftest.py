@@ -71,6 +71,9 @@ def settings_for(root: Path, **overrides: Any) -> Settings:
         "webhook_allow_private_networks": False,
         "max_body_bytes": 256 * 1024,
         "sqlite_synchronous": "OFF",
+        # These tests drive jobs through the status machine by hand (no workers run here): keep new
+        # jobs in processing_inbound. Filtering at create has its own tests (test_inline_filter.py).
+        "inline_filter_max_chars": 0,
     }
     values.update(overrides)
     return Settings(**values)

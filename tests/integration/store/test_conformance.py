@@ -6,9 +6,11 @@ import asyncio
 import dataclasses
 import time
 
+import pytest
+
 from gateway import ids
 from gateway.jobs import DeliveryState, JobStatus, Mode
-from gateway.store.base import Attempt, JobChanges, NewDelivery, NewJob, Store
+from gateway.store.base import Attempt, FilterOutcome, JobChanges, NewDelivery, NewJob, Store
 
 S = JobStatus
 LEASE = 30.0
@@ -342,3 +344,105 @@ async def test_a_job_past_expires_at_is_expired_not_cancelled(store: Store) -> N
     assert result.job.status is S.EXPIRED and result.job.error_code == "job_expired"
     assert await store.claim_deliveries("w", now=now + 11, lease=LEASE, limit=10) == []
     assert await store.expire_due(now=now + 12, limit=10) == []
+
+
+def _filtered(path: list[JobStatus], *, deliveries: tuple[NewDelivery, ...] = ()) -> FilterOutcome:
+    inbound = {"verdict": "redacted", "message": "[EMAIL]", "matches": []}
+    changes = JobChanges(clear_input=True, inbound=inbound)
+    if S.PROCESSING_OUTBOUND in path:
+        changes = dataclasses.replace(
+            changes, clear_output=True, outbound={"verdict": "allowed", "message": "ok", "matches": []}
+        )
+    return FilterOutcome(tuple(path), changes, deliveries)
+
+
+async def test_create_filtered_stores_the_job_past_filtering_with_its_webhook(store: Store) -> None:
+    now = time.time()
+    job = new_job(now=now, mode=Mode.COMBINED)
+    hook = NewDelivery(ids.webhook_id(), "job.completed", "http://r.test/", b'{"b":2}', job.expires_at)
+    outcome = _filtered([S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING], deliveries=(hook,))
+    created, fresh = await store.create_job(
+        job, claim_for="w1", lease=LEASE, idempotency_ttl=60, filtered=outcome
+    )
+    assert fresh and created.status is S.DELIVERING and created.lease_owner is None
+    stored = await store.get_job("t1", job.id)
+    assert stored is not None and stored.status is S.DELIVERING
+    assert stored.input_text is None and stored.output_text is None  # filtered: the raw text is gone
+    assert stored.inbound == outcome.changes.inbound and stored.outbound == outcome.changes.outbound
+    assert stored.finished_at is None
+    assert stored.delivery is not None and stored.delivery.attempts == 0
+    assert created.inbound == stored.inbound and created.outbound == stored.outbound
+    # not a job any worker claims: it is past filtering
+    assert await store.claim_jobs("w2", now=now + 100, lease=LEASE, limit=10) == []
+    # its webhook is leased to w1, who sends it at once; it comes back to others only after the lease
+    assert await store.claim_deliveries("w2", now=now + 1, lease=LEASE, limit=10) == []
+    [d] = await store.claim_deliveries("w2", now=now + LEASE + 1, lease=LEASE, limit=10)
+    assert d.id == hook.id and d.body == b'{"b":2}' and d.job_status is S.DELIVERING
+    stats = await store.queue_stats()
+    assert stats.queues["delivering"].depth == 1 and stats.queues["processing_inbound"].depth == 0
+    done = Attempt(d.id, job.id, d.event, 1, now, 2.0, 200, None, "", None)
+    assert await store.record_attempt(
+        done, owner="w2", state=DeliveryState.SUCCEEDED, now=now, job_path=[S.DELIVERING, S.COMPLETED]
+    )
+    final = await store.get_job("t1", job.id)
+    assert final is not None and final.status is S.COMPLETED
+
+
+async def test_create_filtered_unclaimed_webhook_is_due_at_once(store: Store) -> None:
+    now = time.time()
+    job = new_job(now=now)
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", job.expires_at)
+    outcome = _filtered([S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], deliveries=(hook,))
+    await store.create_job(job, claim_for=None, lease=LEASE, idempotency_ttl=60, filtered=outcome)
+    [d] = await store.claim_deliveries("w", now=now, lease=LEASE, limit=10)
+    assert d.id == hook.id and d.job_status is S.AWAITING_RESPONSE
+    stored = await store.get_job("t1", job.id)
+    assert stored is not None and stored.status is S.AWAITING_RESPONSE and stored.input_text is None
+    # the answer then goes the worker's way, from awaiting_response
+    answered = await store.submit_response("t1", job.id, "later", now=now, claim_for=None, lease=LEASE)
+    assert answered.ok and answered.job is not None and answered.job.status is S.PROCESSING_OUTBOUND
+
+
+async def test_create_filtered_terminal_job(store: Store) -> None:
+    now = time.time()
+    poll_only = new_job(now=now, mode=Mode.COMBINED, webhook=None)
+    path = [S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND, S.DELIVERING, S.COMPLETED]
+    created, _ = await store.create_job(
+        poll_only, claim_for=None, lease=LEASE, idempotency_ttl=60, filtered=_filtered(path)
+    )
+    assert created.status is S.COMPLETED and created.finished_at == now
+    stored = await store.get_job("t1", poll_only.id)
+    assert stored is not None and stored.status is S.COMPLETED and stored.finished_at == now
+    assert stored.delivery is None
+    # a finished job is never expired, and is purged after retention like any other
+    assert await store.expire_due(now=now + 7200, limit=10) == []
+    assert await store.purge_finished(before=now + 1, limit=10) == 1
+
+
+async def test_create_filtered_idempotent_replay_queues_nothing(store: Store) -> None:
+    now = time.time()
+    first = new_job(now=now, idem=("key", "h"))
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", first.expires_at)
+    outcome = _filtered([S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], deliveries=(hook,))
+    await store.create_job(first, claim_for=None, lease=LEASE, idempotency_ttl=60, filtered=outcome)
+    again = new_job(now=now + 1, idem=("key", "h"))
+    hook2 = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", again.expires_at)
+    replay, fresh = await store.create_job(
+        again,
+        claim_for=None,
+        lease=LEASE,
+        idempotency_ttl=60,
+        filtered=_filtered([S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], deliveries=(hook2,)),
+    )
+    assert not fresh and replay.id == first.id
+    claimed = await store.claim_deliveries("w", now=now + 2, lease=LEASE, limit=10)
+    assert [d.id for d in claimed] == [hook.id]
+
+
+async def test_create_filtered_refuses_a_path_not_from_processing_inbound(store: Store) -> None:
+    bad = FilterOutcome((S.AWAITING_RESPONSE, S.PROCESSING_OUTBOUND), JobChanges())
+    with pytest.raises(ValueError):
+        await store.create_job(new_job(), claim_for=None, lease=LEASE, idempotency_ttl=60, filtered=bad)
+    illegal = FilterOutcome((S.PROCESSING_INBOUND, S.COMPLETED), JobChanges())
+    with pytest.raises(ValueError):
+        await store.create_job(new_job(), claim_for=None, lease=LEASE, idempotency_ttl=60, filtered=illegal)
