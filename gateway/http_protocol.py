@@ -1,17 +1,22 @@
-"""uvicorn's httptools protocol with a bound on the request head.
+"""uvicorn's httptools protocol with a bound on the request head, writing each response at once.
 
 httptools buffers a request's line and headers until they are complete, with no size limit: one
 client sending an endless header line could make the process buffer gigabytes. This protocol counts
 the head's bytes as they arrive and answers 431 (in the API's error envelope) and closes the
 connection once they pass `max_head_bytes`, before the parser has buffered more than that.
+
+uvicorn writes a response's head and its body with two transport writes: two syscalls, two TCP
+segments and, often, two wake-ups of the client. `_OneWrite` holds the head until the body follows
+(in the same event-loop turn for every response this API makes) and writes them together.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 DEFAULT_MAX_HEAD_BYTES = 64 * 1024
 _HEAD_END = b"\r\n\r\n"
@@ -39,6 +44,9 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_open = False
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = _OneWrite(self.transport, cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -65,6 +73,47 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(head + body)
             self.transport.close()
+
+
+class _OneWrite:
+    """The transport as one request cycle sees it: the response head is held until the body's
+    first write and sent with it. Anything written before the response starts (`100 Continue`)
+    goes out at once, and a head whose body does not follow in the same event-loop turn (a
+    streamed response) is flushed at the end of that turn, so nothing waits on the hold."""
+
+    __slots__ = ("_cycle", "_held", "_state", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._held = b""
+        self._state = 0  # 0: no head yet, 1: head held, 2: head sent
+
+    def write(self, data: bytes) -> None:
+        if self._state == 1:
+            self._state = 2
+            held, self._held = self._held, b""
+            self._transport.write(held + data)
+        elif self._state == 0 and self._cycle.response_started:
+            self._state = 1
+            self._held = data
+            asyncio.get_running_loop().call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._state == 1:
+            self._state = 2
+            held, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def bounded(max_head_bytes: int) -> type[BoundedHeadProtocol]:

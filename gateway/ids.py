@@ -6,7 +6,6 @@ ULID), so listing newest-first is an index scan on the id alone and the cursor i
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import threading
@@ -15,15 +14,22 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
-_FROM_RFC4648 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET)
+# Every pair of digits, so a 130-bit id is 13 table lookups (base64.b32encode is pure Python in
+# 3.11 and cost ~12 µs an id; this ~2 µs).
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
 
 
 def _b32(value: int, length: int) -> str:
-    """`value` as `length` Crockford base32 digits, most significant first (so ids sort by time).
-    base64's C encoder does the work; the digits are then mapped to Crockford's alphabet."""
-    groups = (length + 7) // 8  # 8 digits per 5 bytes
-    encoded = base64.b32encode(value.to_bytes(groups * 5, "big")).decode("ascii")
-    return encoded[len(encoded) - length :].translate(_FROM_RFC4648)
+    """`value` mod 32**length as `length` Crockford base32 digits, most significant first (so ids
+    sort by time)."""
+    value &= (1 << (5 * length)) - 1
+    head = ""
+    if length % 2:
+        length -= 1
+        head = _ALPHABET[value >> (5 * length)]
+        value &= (1 << (5 * length)) - 1
+    pairs = _PAIRS
+    return head + "".join([pairs[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
 
 
 _RAND_BITS = 80

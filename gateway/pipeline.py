@@ -54,8 +54,9 @@ class _Lane:
         self.limit = limit
         self.local: collections.deque[Any] = collections.deque()
         self.inflight: dict[str, asyncio.Task[None]] = {}
-        self.wake = asyncio.Event()
         self.hint = False
+        self.woken = False
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def free(self) -> int:
@@ -63,7 +64,30 @@ class _Lane:
 
     def poke(self, *, hint: bool = False) -> None:
         self.hint = self.hint or hint
-        self.wake.set()
+        self.woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, seconds: float | None) -> None:
+        """Until poked (since `woken` was last cleared) or `seconds` pass. A bare future and
+        a timer: this runs about once per job, and asyncio.wait_for costs a task per call."""
+        if self.woken:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(seconds, _release, waiter) if seconds is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Pipeline:
@@ -99,7 +123,7 @@ class Pipeline:
         for timer in self._timers:
             timer.cancel()
         for lane in (self._jobs, self._deliveries):
-            lane.wake.set()
+            lane.poke()
         pending = [t for lane in (self._jobs, self._deliveries) for t in lane.inflight.values()]
         if pending:
             await asyncio.wait(pending, timeout=grace)
@@ -143,7 +167,7 @@ class Pipeline:
         poll = self.settings.poll_interval_seconds
         next_claim = 0.0
         while self.accepting:
-            lane.wake.clear()
+            lane.woken = False
             while lane.local and lane.free > 0:
                 self._spawn(lane, lane.local.popleft(), work)
             now = time.monotonic()
@@ -164,8 +188,7 @@ class Pipeline:
             if lane.local and lane.free > 0:
                 continue
             timeout = max(0.0, next_claim - time.monotonic()) if lane.free > 0 else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lane.wake.wait(), timeout=timeout)
+            await lane.wait(timeout)
 
     def _spawn(
         self, lane: _Lane, item: Job | Delivery, work: Callable[[Any], Coroutine[Any, Any, None]]
@@ -177,7 +200,7 @@ class Pipeline:
 
         def done(t: asyncio.Task[None], key: str = item.id) -> None:
             lane.inflight.pop(key, None)
-            lane.wake.set()
+            lane.poke()
             exc = None if t.cancelled() else t.exception()
             if isinstance(exc, StoreError):  # the database is unavailable: the lease brings it back
                 log.warning("%s %s: %s (will be retried when its lease runs out)", lane.name, key, exc)

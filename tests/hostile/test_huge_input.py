@@ -234,6 +234,31 @@ def test_bad_content_length_is_a_clear_4xx(server: Server) -> None:
         assert status is not None and 400 <= status < 500, (declared, raw[:300])
 
 
+def test_expect_100_continue_then_pipelined_requests_on_one_connection(server: Server) -> None:
+    """The server writes each response's head and body together (gateway/http_protocol.py); an
+    interim `100 Continue` must still go out at once, and pipelined responses come back whole, in order."""
+    key = server.api_key.encode()
+    body = b'{"message_input": "hello", "message_output": "hi"}'
+    head = (
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(head + b"Expect: 100-continue\r\n\r\n")
+        interim = conn.recv(100)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim  # sent before we send the body
+        conn.sendall(body + (head + b"\r\n" + body) + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = b""
+        deadline = time.monotonic() + 10
+        while out.count(b"HTTP/1.1 ") < 3 or not out.endswith(b'{"status":"ok"}'):
+            assert time.monotonic() < deadline, out
+            chunk = conn.recv(65536)
+            assert chunk, out
+            out += chunk
+    statuses = [int(part[:3]) for part in out.split(b"HTTP/1.1 ")[1:]]
+    assert statuses == [202, 202, 200], out
+
+
 # ---- 100k-character messages --------------------------------------------------------------------
 
 

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import base64
 import re
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway import ids
 
@@ -39,3 +43,16 @@ def test_ids_made_in_one_millisecond_keep_creation_order() -> None:
     come back in random order."""
     made = [ids.job_id(1_700_000_000.0) for _ in range(200)]
     assert made == sorted(made) and len(set(made)) == 200
+
+
+@given(
+    st.integers(min_value=1, max_value=30).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, 32**n - 1)))
+)
+def test_b32_matches_rfc4648_base32_mapped_to_crockford(case: tuple[int, int]) -> None:
+    length, value = case
+    groups = (length + 7) // 8
+    rfc = base64.b32encode(value.to_bytes(groups * 5, "big")).decode("ascii")[-length:]
+    expected = rfc.translate(
+        str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789abcdefghjkmnpqrstvwxyz")
+    )
+    assert ids._b32(value, length) == expected
