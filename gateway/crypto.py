@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from gateway import rand
+
 KEY_BYTES = 32
 SECRET_KEY_FILENAME = "secret.key"
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -142,7 +144,7 @@ class SecretBox:
         self._aead = AESGCM(key)
 
     def encrypt(self, plaintext: bytes, aad: bytes) -> bytes:
-        nonce = secrets.token_bytes(_NONCE_BYTES)
+        nonce = rand.token_bytes(_NONCE_BYTES)
         return _BOX_VERSION + nonce + self._aead.encrypt(nonce, plaintext, _BOX_VERSION + aad)
 
     def decrypt(self, token: bytes, aad: bytes) -> bytes:
@@ -159,7 +161,7 @@ class SecretBox:
 
 def new_webhook_secret() -> str:
     """`whsec_` + base64 of 32 random bytes: the Standard Webhooks symmetric secret format."""
-    return WEBHOOK_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode("ascii")
+    return WEBHOOK_SECRET_PREFIX + base64.b64encode(rand.token_bytes(KEY_BYTES)).decode("ascii")
 
 
 def new_api_key() -> str:

@@ -11,6 +11,8 @@ import os
 import threading
 import time
 
+from gateway.rand import token_bytes
+
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
@@ -46,7 +48,7 @@ def ulid(now: float | None = None) -> str:
         if ms == _last[0] and _last[1] + 1 < (1 << _RAND_BITS):
             rand = _last[1] + 1
         else:
-            rand = int.from_bytes(os.urandom(_RAND_BITS // 8), "big") >> 1  # room to count up
+            rand = int.from_bytes(token_bytes(_RAND_BITS // 8), "big") >> 1  # room to count up
         _last[0], _last[1] = ms, rand
     return _b32((ms << _RAND_BITS) | rand, 26)
 
