@@ -43,6 +43,7 @@ def create_app(
 ) -> Starlette:
     """The API; with `workers`, the pipeline and the sweeper run in the same process."""
     from gateway.api import exception_handlers, middleware, routes
+    from gateway.api.fast import GatewayApp
 
     settings = settings or Settings()
 
@@ -58,10 +59,11 @@ def create_app(
         finally:
             await runtime.shutdown()
 
-    app = Starlette(
+    app = GatewayApp(
         routes=routes(),
         middleware=middleware(settings),
         exception_handlers=exception_handlers(),
         lifespan=lifespan,
+        max_body_bytes=settings.max_body_bytes,
     )
     return app

@@ -33,7 +33,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared == -1:
             response = error_response(400, "invalid_argument", "the Content-Length header is not a number")
             await response(scope, receive, send)
@@ -74,7 +74,7 @@ class BodyLimitMiddleware:
             await response_for(exc)(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
     """The declared length, None when absent, -1 when unparseable."""
     for name, value in scope["headers"]:
         if name == b"content-length":
