@@ -152,6 +152,28 @@ async def run_load(
     }
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (Linux /proc; 0.0 where unavailable)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def measured(pids: list[int], load: Any) -> dict[str, Any]:
+    """Run `load` and add the CPU time the measured processes spent per delivered job: on a shared
+    machine it moves less with other load than jobs/s does."""
+    before = cpu_seconds(pids)
+    result: dict[str, Any] = await load
+    spent = cpu_seconds(pids) - before
+    result["cpu_us_per_job"] = 1e6 * spent / result["delivered"] if result["delivered"] else 0.0
+    return result
+
+
 async def run_open_loop(
     target: str, receiver: str, rate: float, seconds: float, within: float
 ) -> dict[str, Any]:
@@ -232,8 +254,12 @@ async def main() -> int:
         # warm both up (imports, connection pools, SQLite pages), then measure
         await run_load([relay], receiver, args.warmup, args.concurrency, args.timeout)
         await run_load([gw], receiver, args.warmup, args.concurrency, args.timeout)
-        ceiling = await run_load([relay], receiver, args.jobs, args.concurrency, args.timeout)
-        ours = await run_load([gw], receiver, args.jobs, args.concurrency, args.timeout)
+        ceiling = await measured(
+            [relay_proc.proc.pid or 0], run_load([relay], receiver, args.jobs, args.concurrency, args.timeout)
+        )
+        ours = await measured(
+            [p.pid for p in gateway], run_load([gw], receiver, args.jobs, args.concurrency, args.timeout)
+        )
         half = 0.5 * ceiling["jobs_per_s"]
         steady = await run_open_loop(gw, receiver, half, args.open_seconds, args.timeout)
     finally:
@@ -248,6 +274,7 @@ async def main() -> int:
         return (
             f"{name:<22} {r['jobs_per_s']:>9.0f} {r['create_per_s']:>10.0f} {r['p50_ms']:>8.1f} "
             f"{r['p99_ms']:>8.1f} {r['delivered']:>6}/{r['jobs']:<6} {r['errors']:>5}"
+            f" {r['cpu_us_per_job']:>9.0f}"
         )
 
     print(
@@ -256,12 +283,18 @@ async def main() -> int:
     )
     print(
         f"{'target':<22} {'jobs/s':>9} {'creates/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'delivered':>13} {'errs':>5}"
+        f" {'delivered':>13} {'errs':>5} {'cpu us/job':>10}"
     )
     print(row("relay ceiling", ceiling))
     print(row("gateway", ours))
     ratio = ours["jobs_per_s"] / ceiling["jobs_per_s"] if ceiling["jobs_per_s"] else 0.0
     print(f"ratio gateway/ceiling: {ratio:.2f} (goal >= 0.5)")
+    if ours["cpu_us_per_job"]:
+        print(
+            f"CPU per job (the measured process only, not the load generator or receiver): gateway"
+            f" {ours['cpu_us_per_job']:.0f} us vs relay {ceiling['cpu_us_per_job']:.0f} us"
+            f" ({ours['cpu_us_per_job'] / max(ceiling['cpu_us_per_job'], 1e-9):.1f}x)"
+        )
     print(
         f"gateway at a fixed {steady['rate']:.0f} jobs/s"
         f" (0.5 x ceiling; achieved {steady['achieved']:.0f}/s):"
