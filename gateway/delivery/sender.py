@@ -194,7 +194,10 @@ class AiohttpTransport(Transport):
             connector=connector,
             timeout=self._timeout,
             auto_decompress=False,
-            skip_auto_headers=("Accept-Encoding",),
+            # We keep at most a few KiB of a response, undecoded: ask for it uncompressed. A default
+            # header rather than skip_auto_headers, which aiohttp turns into a sorted multidict and
+            # two header copies on every request (~3% of the event loop's time under load).
+            headers={"Accept-Encoding": "identity"},
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
             raise_for_status=False,

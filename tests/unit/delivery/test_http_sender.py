@@ -161,6 +161,13 @@ async def test_2xx_is_success_and_the_receiver_can_verify_it(
     Webhook(secret).verify(received_body, received_headers)
 
 
+async def test_responses_are_asked_for_uncompressed(transport: AiohttpTransport, receiver: Receiver) -> None:
+    # only a few KiB of a response are kept, undecoded, for the attempt log
+    assert (await transport.post(receiver.url("/ok"), HEADERS, BODY)).outcome == "success"
+    received_headers, _ = receiver.received[0]
+    assert received_headers["accept-encoding"] == "identity"
+
+
 async def test_204_is_success(transport: AiohttpTransport, receiver: Receiver) -> None:
     result = await transport.post(receiver.url("/204"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.response_excerpt) == ("success", 204, "")
