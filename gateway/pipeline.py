@@ -273,25 +273,28 @@ class Pipeline:
         if not self.accepting:
             return  # stopping: their leases run out and another worker (or our restart) sends them
         final = outcome.path[-1]
+        lane = self._deliveries
         for new in outcome.deliveries:
-            self._deliveries.local.append(
-                Delivery(
-                    id=new.id,
-                    job_id=job.id,
-                    tenant_id=job.tenant_id,
-                    event=new.event,
-                    url=new.url,
-                    body=new.body,
-                    state=DeliveryState.PENDING,
-                    attempts=0,
-                    deadline=new.deadline,
-                    created_at=now,
-                    secret_enc=job.secret_enc,
-                    signing_key_enc=job.signing_key_enc,
-                    job_status=final,
-                )
+            delivery = Delivery(
+                id=new.id,
+                job_id=job.id,
+                tenant_id=job.tenant_id,
+                event=new.event,
+                url=new.url,
+                body=new.body,
+                state=DeliveryState.PENDING,
+                attempts=0,
+                deadline=new.deadline,
+                created_at=now,
+                secret_enc=job.secret_enc,
+                signing_key_enc=job.signing_key_enc,
+                job_status=final,
             )
-        self._deliveries.poke()
+            if lane.free > 0 and not lane.local:
+                self._spawn(lane, delivery, self._deliver)  # at once: no trip through the lane loop
+            else:
+                lane.local.append(delivery)  # over the concurrency limit: it waits its turn, in order
+                lane.poke()
 
     # ---- delivery -------------------------------------------------------------------------
 
