@@ -999,6 +999,15 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     while (hit := next_span(_GATE, view, pos)) is not None:
         s, pos = hit
         i = doc.segment_index(s)
+        if pos > ends[i] > s:
+            # The gate matched across the end of this text (\W+ or [^.] ran over the separator):
+            # what the gate finds in this text alone is its first match that ends inside it.
+            # (Skipping to the next text instead hid every signal after `s` in this text.)
+            hit = next_span(_GATE, view, s, ends[i])
+            if hit is None:
+                pos = ends[i] + 1
+                continue
+            s, pos = hit
         # A match running into the next text must not hide its start; but never step back to (or
         # before) where this match began, or the same match is found again forever.
         pos = max(s + 1, min(pos, ends[i] + 1))
