@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rules.detectors._atoms import fold, folded_atoms
 from rules.detectors.base import (
     Doc,
     Finding,
@@ -888,6 +889,8 @@ def _shape_kind(chunk: bytes) -> str:
 
 
 _PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECASE)) for s in _SIGS)
+#: For the signatures searched around other-script key words: their required words (see `_atoms`).
+_OTHER_ATOMS = {idx: folded_atoms(_SIGS[idx].pattern) for idx in _OTHER_SCRIPTS}
 
 
 class InjectionDetector:
@@ -1040,7 +1043,11 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
             if i in skip or (evidence is not None and evidence.done(i)):
                 continue
             lo, hi = max(starts[i], s - 100), min(ends[i], s + 200)
+            window = fold(text[lo:hi])
             for idx in _OTHER_SCRIPTS:
+                atoms = _OTHER_ATOMS[idx]
+                if window is not None and atoms is not None and not any(a in window for a in atoms):
+                    continue  # no word this signature cannot match without is in the window
                 sig = _SIGS[idx]
                 for m in _PY[idx].finditer(text, lo, hi):
                     if (idx, m.start()) not in seen and (sig.check is None or sig.check(m)):
