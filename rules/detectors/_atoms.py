@@ -160,3 +160,55 @@ def folded_atoms(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
         return None
     folded = {fold(a) for a in atoms}
     return tuple(sorted(a for a in folded if a))
+
+
+# --- first characters ------------------------------------------------------------------------------
+
+
+def first_chars(pattern: str, flags: int = 0) -> frozenset[str] | None:
+    """The characters a match of `pattern` can start with, or None when that is not a small known
+    set (a category such as \\d, a negated class, case-insensitive letters, an empty match...)."""
+    found = _first(_p.parse(pattern, flags).data, bool(flags & _c.SRE_FLAG_IGNORECASE))
+    return frozenset(found) if found else None
+
+
+def _first(items: Any, ignore_case: bool) -> set[str] | None:
+    """First characters of a sequence; None when unknown or when the sequence can be empty."""
+    for op, av in items:
+        if op is _c.AT:  # zero-width: the next item decides
+            continue
+        return _first_item(op, av, ignore_case)
+    return None
+
+
+def _first_item(op: Any, av: Any, ignore_case: bool) -> set[str] | None:
+    if op is _c.LITERAL:
+        c = chr(av)
+        return None if ignore_case and c.lower() != c.upper() else {c}
+    if op is _c.IN:
+        chars: set[str] = set()
+        for o, v in av:
+            if o is _c.LITERAL:
+                chars.add(chr(v))
+            elif o is _c.RANGE and v[1] - v[0] < 128:
+                chars.update(map(chr, range(v[0], v[1] + 1)))
+            else:
+                return None
+        if ignore_case and any(c.lower() != c.upper() for c in chars):
+            return None
+        return chars
+    if op is _c.SUBPATTERN:
+        _, add, remove, sub = av
+        ic = (ignore_case or bool(add & _c.SRE_FLAG_IGNORECASE)) and not remove & _c.SRE_FLAG_IGNORECASE
+        return _first(sub.data, ic)
+    if op is _c.BRANCH:
+        union: set[str] = set()
+        for branch in av[1]:
+            found = _first(branch.data, ignore_case)
+            if found is None:
+                return None
+            union |= found
+        return union
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT) and av[0] >= 1:
+        return _first(av[2].data, ignore_case)
+    return None
