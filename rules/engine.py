@@ -203,6 +203,17 @@ class RuleSet:
         """The verdict, message and kept findings (sorted) of one text; None when no match is
         kept (the text is allowed unchanged)."""
         meta = self._meta
+        if len(findings) == 1:  # the common case, without the lists and sorts overlaps need
+            f = findings[0]
+            m = meta[f[2]]
+            action = m[2]
+            if action == OFF or (m[0] == 1 and _combined(findings) < self.threshold):
+                return None
+            if action == BLOCK:
+                return BLOCKED, None, findings
+            if action in (REDACT, STRIP):
+                return REDACTED, apply_edits(text, [(f[0], f[1], action, m[4], -m[6])]), findings
+            return ALLOWED, text, findings
         entities: list[Finding] = []
         injected: list[Finding] = []
         others: list[Finding] = []
