@@ -18,7 +18,6 @@ a gate hit (or with suspicious Unicode) get the full Python evaluation.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 import unicodedata
@@ -689,6 +688,8 @@ def _readable(decoded: str) -> bool:
 
 
 def _decode_bytes(raw: bytes) -> str | None:
+    if len(raw) < 8 or b" " not in raw:  # what `_texty` asks first, checked before decoding
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -697,12 +698,19 @@ def _decode_bytes(raw: bytes) -> str | None:
 
 
 def _from_base64(s: str) -> str | None:
+    """`base64.b64decode(s, altchars)` without its argument handling (non-ASCII raises ValueError)."""
     s = s.strip()
     try:
-        raw = base64.b64decode(s + "=" * (-len(s) % 4), altchars=b"-_" if ("-" in s or "_" in s) else None)
+        data = (s + "=" * (-len(s) % 4)).encode("ascii")
+        if "-" in s or "_" in s:
+            data = data.translate(_URLSAFE)
+        raw = binascii.a2b_base64(data)
     except (binascii.Error, ValueError):
         return None
     return _decode_bytes(raw)
+
+
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 def _from_hex(s: str) -> str | None:
