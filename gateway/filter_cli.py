@@ -36,6 +36,7 @@ from rules import CompiledPolicy, PolicyError, Verdict, load_policy_file
 from rules.engine import Decision, RuleSet
 
 _READ_SIZE = 1 << 20  # bytes per read: one batch is whatever complete lines this brings
+_WARM_SIZE = 1 << 18  # bulk input: bytes scanned before the worker processes are forked
 
 
 def _default_policy_dir() -> Path:
@@ -354,6 +355,18 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
             if pool is None and workers > 1 and len(chunk) >= _READ_SIZE // 2:
                 # Bulk input (a full read): spread batches over processes. Small or interactive
                 # input never gets here and keeps the single-process latency.
+                cut = chunk.find(b"\n", _WARM_SIZE)
+                if cut > 0:
+                    # Scan the first lines here first: RE2 builds its automata's states as text
+                    # needs them, mostly on the first few hundred KB, and the workers forked
+                    # next start with them instead of each building them again.
+                    result = _scan_batch(rules, chunk[:cut], first)
+                    out.write(result.output)
+                    out.flush()
+                    bad += result.bad_lines
+                    blocked += result.blocked
+                    first += chunk.count(b"\n", 0, cut) + 1
+                    chunk = chunk[cut + 1 :]
                 _WORKER_RULES = rules
                 pool = multiprocessing.get_context("fork").Pool(workers)
             if pool is None:
