@@ -13,9 +13,13 @@ atom occurs in a folded stretch of text, the pattern does not match in that stre
 
 from __future__ import annotations
 
-from re import _constants as _c  # type: ignore[attr-defined]
-from re import _parser as _p  # type: ignore[attr-defined]
 from typing import Any
+
+try:  # Python's own regex parser (CPython 3.11+); without it there are no shortcuts, only searches
+    from re import _constants as _c  # type: ignore[attr-defined]
+    from re import _parser as _p  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _c = _p = None
 
 _MAX_EXACT = 64  # multiplying out literal alternatives stops beyond this many strings
 _MAX_CLASS = 8  # a character class with at most this many characters counts as alternatives
@@ -104,7 +108,10 @@ def _item(op: Any, av: Any) -> tuple[_Exact, _Exact]:
 
 def required_atoms(pattern: str, flags: int = 0) -> frozenset[str] | None:
     """Strings one of which every match of `pattern` contains (see the module docstring)."""
-    atoms = _sequence(_p.parse(pattern, flags).data)[1]
+    try:
+        atoms = _sequence(_p.parse(pattern, flags).data)[1]
+    except Exception:  # pragma: no cover - a parser that changed shape: no shortcut
+        return None
     return frozenset(atoms) if atoms else None
 
 
@@ -168,7 +175,10 @@ def folded_atoms(pattern: str, flags: int = 0) -> tuple[str, ...] | None:
 def first_chars(pattern: str, flags: int = 0) -> frozenset[str] | None:
     """The characters a match of `pattern` can start with, or None when that is not a small known
     set (a category such as \\d, a negated class, case-insensitive letters, an empty match...)."""
-    found = _first(_p.parse(pattern, flags).data, bool(flags & _c.SRE_FLAG_IGNORECASE))
+    try:
+        found = _first(_p.parse(pattern, flags).data, bool(flags & _c.SRE_FLAG_IGNORECASE))
+    except Exception:  # pragma: no cover - a parser that changed shape: any first character
+        return None
     return frozenset(found) if found else None
 
 
