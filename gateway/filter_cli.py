@@ -25,7 +25,7 @@ import os
 import select
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,9 +33,10 @@ from typing import IO, Any
 import orjson
 
 from rules import CompiledPolicy, PolicyError, Verdict, load_policy_file
-from rules.engine import RuleSet
+from rules.engine import Decision, RuleSet
 
 _READ_SIZE = 1 << 20  # bytes per read: one batch is whatever complete lines this brings
+_WARM_SIZE = 1 << 18  # bulk input: bytes scanned before the worker processes are forked
 
 
 def _default_policy_dir() -> Path:
@@ -162,29 +163,98 @@ class _Batch:
     blocked: int
 
 
-def _scan_batch(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
-    """Verdict lines for `lines` (numbered from `first`), in order."""
+def _scan_batch(rules: RuleSet, chunk: bytes, first: int) -> _Batch:
+    """Verdict lines for the lines of `chunk` (numbered from `first`), in order."""
     texts: list[str] | None = None
     try:  # the common case, every line a valid {"text": ...}: one parse for the whole batch
-        parsed = orjson.loads(b"[" + b",".join(lines) + b"]")
-        if len(parsed) == len(lines):
+        # (a JSON value holds no raw newline, so each line is one element of the array)
+        parsed = orjson.loads(b"[" + chunk.replace(b"\n", b",") + b"]")
+        if len(parsed) == chunk.count(b"\n") + 1:
             texts = [obj["text"] for obj in parsed]
-            if any(type(t) is not str for t in texts):
+            if set(map(type, texts)) != {str}:
                 texts = None
     except (orjson.JSONDecodeError, TypeError, KeyError):
         texts = None
     if texts is None:
-        return _scan_careful(rules, lines, first)
-    found = rules.scan_sparse(texts)
-    if not found:
-        return _Batch(b"".join([_ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL for t in texts]), 0, 0)
-    get = found.get
-    chunks = [
-        _encode(v) if (v := get(i)) is not None else _ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL
-        for i, t in enumerate(texts)
-    ]
-    blocked = sum(1 for v in found.values() if v.verdict == "blocked")
-    return _Batch(b"".join(chunks), 0, blocked)
+        return _scan_careful(rules, chunk.split(b"\n"), first)
+    decisions = rules.decide_sparse(texts)
+    blocked = sum(1 for d in decisions.values() if d[0] == "blocked")
+    return _Batch(_encoder(rules).lines(texts, decisions), 0, blocked)
+
+
+_ALLOWED_OPEN = b'{"verdict":"allowed","message":"'
+_ALLOWED_CLOSE = b'","matches":[]}\n'
+
+
+class _LineEncoder:
+    """A batch's verdict lines, byte for byte what `_encode` writes for each text's `Verdict`,
+    without making the verdicts: the texts are serialised by one orjson call and each match
+    from pieces prepared once per rule."""
+
+    def __init__(self, rules: RuleSet) -> None:
+        self._rules = rules
+        self._open: dict[str, bytes] = {}  # '{"rule":...,"category":...,"action":...,"start":'
+        self._close: dict[str, bytes] = {}  # ',"type":...}'
+        for rule_id, info in rules.rules.items():
+            self._open[rule_id] = b"".join(
+                (b'{"rule":', orjson.dumps(rule_id), b',"category":', orjson.dumps(info.category),
+                 b',"action":', orjson.dumps(rules.action(rule_id)), b',"start":')
+            )  # fmt: skip
+            self._close[rule_id] = b"}" if info.type is None else b',"type":' + orjson.dumps(info.type) + b"}"
+        self._heads = {
+            v: b'{"verdict":' + orjson.dumps(v) + b',"message":' for v in ("allowed", "redacted", "blocked")
+        }
+        self._scores: dict[float, bytes] = {}
+
+    def lines(self, texts: Sequence[str], decisions: Mapping[int, Decision]) -> bytes:
+        if not texts:
+            return b""
+        try:
+            data = orjson.dumps(texts)
+        except TypeError:  # lone surrogates: text by text, the careful way
+            wrap = self._rules.verdict_of
+            return b"".join(
+                _encode(wrap(decisions[i])) if i in decisions else _ALLOWED_HEAD + _dumps(t) + _ALLOWED_TAIL
+                for i, t in enumerate(texts)
+            )
+        # ["a","b",...]: a quote inside a JSON string is always escaped, so '","' can only be
+        # the boundary between two strings
+        quoted = data[2:-2].split(b'","')
+        between = _ALLOWED_CLOSE + _ALLOWED_OPEN
+        out: list[bytes] = []
+        done = 0
+        for i in sorted(decisions):
+            if i > done:
+                out.append(_ALLOWED_OPEN + between.join(quoted[done:i]) + _ALLOWED_CLOSE)
+            out.append(self._line(decisions[i]))
+            done = i + 1
+        if done < len(quoted):
+            out.append(_ALLOWED_OPEN + between.join(quoted[done:]) + _ALLOWED_CLOSE)
+        return b"".join(out)
+
+    def _line(self, decision: Decision) -> bytes:
+        verdict, message, kept = decision
+        opens, closes, scores = self._open, self._close, self._scores
+        matches = []
+        for s, e, rule, score in kept:
+            sj = scores.get(score)
+            if sj is None:
+                sj = orjson.dumps(score)
+                if len(scores) < 1024:
+                    scores[score] = sj
+            matches.append(b'%b%d,"end":%d,"score":%b%b' % (opens[rule], s, e, sj, closes[rule]))
+        message_json = b"null" if message is None else orjson.dumps(message)
+        return b'%b%b,"matches":[%b]}\n' % (self._heads[verdict], message_json, b",".join(matches))
+
+
+_ENCODERS: dict[RuleSet, _LineEncoder] = {}
+
+
+def _encoder(rules: RuleSet) -> _LineEncoder:
+    found = _ENCODERS.get(rules)
+    if found is None:
+        found = _ENCODERS[rules] = _LineEncoder(rules)
+    return found
 
 
 def _scan_careful(rules: RuleSet, lines: Sequence[bytes], first: int) -> _Batch:
@@ -266,9 +336,9 @@ _WORKER_RULES: RuleSet | None = None
 
 
 def _work(first: int, chunk: bytes) -> _Batch:
-    """In a worker process: the lines travel as one bytes object (cheap to pass), split here."""
+    """In a worker process: the lines travel as one bytes object (cheap to pass)."""
     assert _WORKER_RULES is not None
-    return _scan_batch(_WORKER_RULES, chunk.split(b"\n"), first)
+    return _scan_batch(_WORKER_RULES, chunk, first)
 
 
 def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
@@ -285,10 +355,22 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
             if pool is None and workers > 1 and len(chunk) >= _READ_SIZE // 2:
                 # Bulk input (a full read): spread batches over processes. Small or interactive
                 # input never gets here and keeps the single-process latency.
+                cut = chunk.find(b"\n", _WARM_SIZE)
+                if cut > 0:
+                    # Scan the first lines here first: RE2 builds its automata's states as text
+                    # needs them, mostly on the first few hundred KB, and the workers forked
+                    # next start with them instead of each building them again.
+                    result = _scan_batch(rules, chunk[:cut], first)
+                    out.write(result.output)
+                    out.flush()
+                    bad += result.bad_lines
+                    blocked += result.blocked
+                    first += chunk.count(b"\n", 0, cut) + 1
+                    chunk = chunk[cut + 1 :]
                 _WORKER_RULES = rules
                 pool = multiprocessing.get_context("fork").Pool(workers)
             if pool is None:
-                result = _scan_batch(rules, chunk.split(b"\n"), first)
+                result = _scan_batch(rules, chunk, first)
                 out.write(result.output)
                 out.flush()
                 bad += result.bad_lines

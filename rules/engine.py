@@ -44,6 +44,10 @@ _ENTITY_CATEGORIES = frozenset({"pii", "secrets"})
 
 _SHARED: dict[str, Any] = {}
 
+#: What a rule set decided about one text before it becomes a `Verdict`: the verdict, the
+#: message (None when blocked) and the findings kept, sorted, as (start, end, rule id, score).
+Decision = tuple[str, str | None, list[Finding]]
+
 
 def _shared(key: str, factory: Any) -> Any:
     """Fixed-pack detectors hold only immutable compiled patterns: one instance serves all."""
@@ -132,6 +136,14 @@ class RuleSet:
     def scan_sparse(self, texts: Sequence[str]) -> dict[int, Verdict]:
         """The verdicts of the texts where some rule matched, by index; every other text is
         allowed unchanged. For callers that stream many texts and only need to handle those."""
+        wrap = self.verdict_of
+        return {i: wrap(decision) for i, decision in self.decide_sparse(texts).items()}
+
+    def decide_sparse(self, texts: Sequence[str]) -> dict[int, Decision]:
+        """`scan_sparse` before the verdicts are built: per text with a match, its `Decision`.
+
+        For callers that serialise verdicts in bulk (the CLI): no `Match` objects are made.
+        `verdict_of` turns a decision into the `Verdict` that `scan_sparse` returns."""
         if not texts or not self._detectors:
             return {}
         doc = Doc(texts)
@@ -140,12 +152,23 @@ class RuleSet:
             findings.extend(detector.find(doc))
         if not findings:
             return {}
-        verdicts: dict[int, Verdict] = {}
+        decisions: dict[int, Decision] = {}
+        decide = self._decide
         for i, local in self._split(doc, findings, texts).items():
-            verdict = self._verdict(texts[i], local)
-            if verdict.matches:
-                verdicts[i] = verdict
-        return verdicts
+            decision = decide(texts[i], local)
+            if decision is not None:
+                decisions[i] = decision
+        return decisions
+
+    def verdict_of(self, decision: Decision) -> Verdict:
+        """The `Verdict` of a decision from `decide_sparse`."""
+        verdict, message, kept = decision
+        meta = self._meta
+        matches = []
+        for s, e, rule, score in kept:
+            m = meta[rule]
+            matches.append(Match(rule, m[1], m[2], s, e, score, m[3]))
+        return Verdict(verdict, message, tuple(matches))
 
     def _split(self, doc: Doc, findings: list[Finding], texts: Sequence[str]) -> dict[int, list[Finding]]:
         """Group findings by text, in local offsets; rescan alone any text a match crossed."""
@@ -173,7 +196,24 @@ class RuleSet:
         return grouped
 
     def _verdict(self, text: str, findings: list[Finding]) -> Verdict:
+        decision = self._decide(text, findings)
+        return Verdict(ALLOWED, text, ()) if decision is None else self.verdict_of(decision)
+
+    def _decide(self, text: str, findings: list[Finding]) -> Decision | None:
+        """The verdict, message and kept findings (sorted) of one text; None when no match is
+        kept (the text is allowed unchanged)."""
         meta = self._meta
+        if len(findings) == 1:  # the common case, without the lists and sorts overlaps need
+            f = findings[0]
+            m = meta[f[2]]
+            action = m[2]
+            if action == OFF or (m[0] == 1 and _combined(findings) < self.threshold):
+                return None
+            if action == BLOCK:
+                return BLOCKED, None, findings
+            if action in (REDACT, STRIP):
+                return REDACTED, apply_edits(text, [(f[0], f[1], action, m[4], -m[6])]), findings
+            return ALLOWED, text, findings
         entities: list[Finding] = []
         injected: list[Finding] = []
         others: list[Finding] = []
@@ -194,23 +234,18 @@ class RuleSet:
         if others:
             kept = kept + _dedupe(others)
         if not kept:
-            return Verdict(ALLOWED, text, ())
+            return None
         kept.sort()
-        matches: list[Match] = []
         edits: list[Edit] = []
-        blocked = False
-        for s, e, rule, score in kept:
-            _, category, action, kind_type, placeholder, _, order = meta[rule]
-            matches.append(Match(rule, category, action, s, e, score, kind_type))
+        for s, e, rule, _ in kept:
+            action = meta[rule][2]
             if action == BLOCK:
-                blocked = True
-            elif action in (REDACT, STRIP):
-                edits.append((s, e, action, placeholder, -order))
-        if blocked:
-            return Verdict(BLOCKED, None, tuple(matches))
+                return BLOCKED, None, kept
+            if action in (REDACT, STRIP):
+                edits.append((s, e, action, meta[rule][4], -meta[rule][6]))
         if not edits:
-            return Verdict(ALLOWED, text, tuple(matches))
-        return Verdict(REDACTED, apply_edits(text, edits), tuple(matches))
+            return ALLOWED, text, kept
+        return REDACTED, apply_edits(text, edits), kept
 
     def _resolve(self, entities: list[Finding]) -> list[Finding]:
         """Keep the best of overlapping entity readings: longest, then strictest action, then score."""
@@ -287,4 +322,4 @@ def compile_policy(data: Mapping[str, Any], name: str = "default") -> CompiledPo
     return CompiledPolicy(parse_policy(data, name))
 
 
-__all__ = ["STRIP", "CompiledPolicy", "RuleSet", "compile_policy"]
+__all__ = ["STRIP", "CompiledPolicy", "Decision", "RuleSet", "compile_policy"]

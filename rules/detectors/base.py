@@ -335,6 +335,33 @@ def doc_spans(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
                 pos = max(starts[i + 1], s + 1)  # always forward: never find the same match again
 
 
+def indexed_spans(regex: Any, doc: Doc) -> Iterator[tuple[int, int, int]]:
+    """`doc_spans` with the index of the text each span starts in: (start, end, index)."""
+    raw = getattr(regex, "_regexp", None)
+    if raw is None or _UNANCHORED is None:
+        for s, e in doc_spans(regex, doc):
+            yield s, e, doc.segment_index(s)
+        return
+    match = raw.Match  # next_span, inlined: this loop runs once per candidate
+    view = doc.view
+    starts, ends = doc.starts, doc.ends
+    last = len(starts) - 1
+    end = len(view)
+    pos = 0
+    while pos <= end:
+        s, e = match(_UNANCHORED, view, pos, end)[0]
+        if s < 0:
+            return
+        if e == s:
+            pos = e + 1
+            continue
+        i = bisect.bisect_right(starts, s) - 1 if last else 0
+        yield s, e, i
+        pos = e
+        if e > ends[i] and i < last:
+            pos = max(starts[i + 1], s + 1)  # always forward: never find the same match again
+
+
 def iter_utf8(regex: Any, doc: Doc) -> Iterator[tuple[int, int]]:
     """Spans of an RE2 pattern over the UTF-8 text, as char offsets into `doc.text`.
 

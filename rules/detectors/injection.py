@@ -18,7 +18,6 @@ a gate hit (or with suspicious Unicode) get the full Python evaluation.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 import unicodedata
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rules.detectors._atoms import fold, folded_atoms
 from rules.detectors.base import (
     Doc,
     Finding,
@@ -688,6 +688,8 @@ def _readable(decoded: str) -> bool:
 
 
 def _decode_bytes(raw: bytes) -> str | None:
+    if len(raw) < 8 or b" " not in raw:  # what `_texty` asks first, checked before decoding
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -696,12 +698,19 @@ def _decode_bytes(raw: bytes) -> str | None:
 
 
 def _from_base64(s: str) -> str | None:
+    """`base64.b64decode(s, altchars)` without its argument handling (non-ASCII raises ValueError)."""
     s = s.strip()
     try:
-        raw = base64.b64decode(s + "=" * (-len(s) % 4), altchars=b"-_" if ("-" in s or "_" in s) else None)
+        data = (s + "=" * (-len(s) % 4)).encode("ascii")
+        if "-" in s or "_" in s:
+            data = data.translate(_URLSAFE)
+        raw = binascii.a2b_base64(data)
     except (binascii.Error, ValueError):
         return None
     return _decode_bytes(raw)
+
+
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 def _from_hex(s: str) -> str | None:
@@ -888,6 +897,8 @@ def _shape_kind(chunk: bytes) -> str:
 
 
 _PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECASE)) for s in _SIGS)
+#: For the signatures searched around other-script key words: their required words (see `_atoms`).
+_OTHER_ATOMS = {idx: folded_atoms(_SIGS[idx].pattern) for idx in _OTHER_SCRIPTS}
 
 
 class InjectionDetector:
@@ -999,6 +1010,15 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     while (hit := next_span(_GATE, view, pos)) is not None:
         s, pos = hit
         i = doc.segment_index(s)
+        if pos > ends[i] > s:
+            # The gate matched across the end of this text (\W+ or [^.] ran over the separator):
+            # what the gate finds in this text alone is its first match that ends inside it.
+            # (Skipping to the next text instead hid every signal after `s` in this text.)
+            hit = next_span(_GATE, view, s, ends[i])
+            if hit is None:
+                pos = ends[i] + 1
+                continue
+            s, pos = hit
         # A match running into the next text must not hide its start; but never step back to (or
         # before) where this match began, or the same match is found again forever.
         pos = max(s + 1, min(pos, ends[i] + 1))
@@ -1031,7 +1051,11 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
             if i in skip or (evidence is not None and evidence.done(i)):
                 continue
             lo, hi = max(starts[i], s - 100), min(ends[i], s + 200)
+            window = fold(text[lo:hi])
             for idx in _OTHER_SCRIPTS:
+                atoms = _OTHER_ATOMS[idx]
+                if window is not None and atoms is not None and not any(a in window for a in atoms):
+                    continue  # no word this signature cannot match without is in the window
                 sig = _SIGS[idx]
                 for m in _PY[idx].finditer(text, lo, hi):
                     if (idx, m.start()) not in seen and (sig.check is None or sig.check(m)):

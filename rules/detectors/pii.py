@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rules.detectors._checks import IBAN_LENGTHS, card_issuer_ok, iban_ok, luhn_ok, ssn_ok
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, doc_spans
+from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, indexed_spans
 
 CATEGORY = "pii"
 
@@ -144,24 +144,24 @@ class PiiDetector:
         view = doc.view
         # Dispatch on the candidate's first byte and shape: cheaper than asking RE2 which
         # alternative matched, which the Python wrapper computes slowly.
-        for s, e in doc_spans(_CANDIDATES, doc):
+        starts, ends = doc.starts, doc.ends
+        for s, e, i in indexed_spans(_CANDIDATES, doc):
             first = view[s]
             if first == 64:  # "@"
-                self._email(doc, text, s, out)
-            elif 58 in view[s:e]:  # ":"
-                self._ipv6(doc, text, s, e, out)
+                self._email(text, s, starts[i], ends[i], out)
+            elif view.find(b":", s, e) >= 0:
+                self._ipv6(text, s, e, starts[i], ends[i], out)
             elif first > 64:  # a letter: IBAN
-                self._iban(doc, text, s, e, out)
+                self._iban(text, s, e, starts[i], ends[i], out)
             elif e - s <= 15 and view.count(b".", s, e) == 3 and _IPV4_SHAPE.fullmatch(view, s, e):
-                self._ipv4(doc, text, s, e, out)
+                self._ipv4(text, s, e, starts[i], ends[i], out)
             else:
-                self._number(doc, text, s, e, out)
+                self._number(text, s, e, starts[i], ends[i], out)
         return out
 
     # -- e-mail -----------------------------------------------------------------------------------
 
-    def _email(self, doc: Doc, text: str, i: int, out: list[Finding]) -> None:
-        seg_start, seg_end = doc.bounds(i)
+    def _email(self, text: str, i: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
         lm = _LOCAL_TAIL.search(text, max(seg_start, i - 64), i)
         if lm is None:
             return
@@ -179,13 +179,12 @@ class PiiDetector:
 
     # -- IP addresses -----------------------------------------------------------------------------
 
-    def _ipv4(self, doc: Doc, text: str, s: int, e: int, out: list[Finding]) -> None:
-        seg_start, seg_end = doc.bounds(s)
+    def _ipv4(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
         if not _IPV4.fullmatch(text, s, e) or (text[e : e + 1] == "." and text[e + 1 : e + 2].isdigit()):
             # "03.93.92.16.85": not an address but maybe a phone; give it to the number rules
             m = _NUM_PY.match(text, s, seg_end)
             if m is not None:
-                self._number(doc, text, s, m.end(), out)
+                self._number(text, s, m.end(), seg_start, seg_end, out)
             return
         if s > seg_start and (text[s - 1].isalnum() or text[s - 1] in "._"):
             return  # "v1.2.3.4", "1.1.2.3.4": part of a version or an OID
@@ -199,8 +198,7 @@ class PiiDetector:
             return
         out.append((s, e, IP, 0.95))
 
-    def _ipv6(self, doc: Doc, text: str, s: int, e: int, out: list[Finding]) -> None:
-        seg_start, seg_end = doc.bounds(s)
+    def _ipv6(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
         if s > seg_start and (text[s - 1].isalnum() or text[s - 1] in "_:."):
             return
         cand = text[s:e].rstrip(".")
@@ -220,8 +218,7 @@ class PiiDetector:
 
     # -- IBAN -------------------------------------------------------------------------------------
 
-    def _iban(self, doc: Doc, text: str, s: int, e: int, out: list[Finding]) -> None:
-        seg_start, seg_end = doc.bounds(s)
+    def _iban(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
         if s > seg_start and text[s - 1].isalnum():
             return
         want = IBAN_LENGTHS.get(text[s : s + 2].upper(), 0)
@@ -243,9 +240,7 @@ class PiiDetector:
 
     # -- numbers: cards, SSNs, phones -------------------------------------------------------------
 
-    def _number(self, doc: Doc, text: str, s: int, e: int, out: list[Finding]) -> None:
-        i = doc.segment_index(s)
-        seg_start, seg_end = doc.starts[i], doc.ends[i]
+    def _number(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
         if s > seg_start:
             prev = text[s - 1]
             if prev.isalnum() or prev in _NUM_GLUE:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from rules.detectors._atoms import first_chars
 from rules.detectors._checks import char_classes, shannon_entropy
 from rules.detectors.base import Doc, Finding, RuleInfo, anchor_set, compile_re2, doc_spans
 
@@ -537,7 +538,17 @@ _GATE = compile_re2("|".join(f"(?:{a})" for a in _ANCHORS).encode())
 #: keyword and part of "_authToken").
 _AT = anchor_set(_ANCHORS)
 _PY = tuple(re.compile(s.pattern) for s in _SPECS)
+#: For rules whose token may start before the anchor: every start from `back` before it, in order,
+#: in one match call (group 1 is the token; the rule's own groups keep their names).
+_BACK = {idx: re.compile(f"(?s:.{{0,{s.back}}}?)(?=({s.pattern}))") for idx, s in enumerate(_SPECS) if s.back}
 _IDS = tuple(r.id for r in RULES)
+
+#: The provider rules `_specific` tries on a value, with the characters their tokens can start
+#: with (None: any), and for each ASCII character the rules that can start with it, in rule order.
+_PROVIDERS = tuple((idx, first_chars(s.pattern)) for idx, s in enumerate(_SPECS) if not s.value)
+_PROVIDERS_AT = {
+    chr(c): tuple(idx for idx, chars in _PROVIDERS if chars is None or chr(c) in chars) for c in range(128)
+}
 
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TOKEN_CHARS = _WORD_CHARS | {"-"}
@@ -609,25 +620,44 @@ class SecretsDetector:
         first, so `key = "AKIA..."` is reported as an AWS key rather than a password.
         """
         spec = _SPECS[idx]
-        lo = max(seg_start, gs - spec.back)
         hi = min(seg_end, ge + spec.reach)
-        pattern = _PY[idx]
-        m = pattern.search(text, lo, hi)
-        while m is not None and m.start() <= gs:
-            if m.end() > m.start() and _left_ok(spec.left, text, m.start(), seg_start):
-                hit = self._accept(idx, spec, m, text, seg_start, seg_end)
+        if not spec.back:  # the token starts at the anchor: one attempt there, no search ahead
+            m = _PY[idx].match(text, gs, hi)
+            if m is None or m.end() == gs or not _left_ok(spec.left, text, gs, seg_start):
+                return None
+            return self._accept(
+                idx, spec, gs, m.end(), m.span("v") if spec.value else None, text, seg_start, seg_end
+            )
+        # The token starts at most `back` before the anchor. `_BACK` tries those starts in order,
+        # in one call, instead of a search that would run on past the anchor to `hi` for nothing.
+        before = _BACK[idx]
+        m = before.match(text, max(seg_start, gs - spec.back), hi)
+        while m is not None and m.start(1) <= gs:
+            start, end = m.span(1)
+            if end > start and _left_ok(spec.left, text, start, seg_start):
+                v = m.span("v") if spec.value else None
+                hit = self._accept(idx, spec, start, end, v, text, seg_start, seg_end)
                 if hit is not None:
                     return hit
-            m = pattern.search(text, m.start() + 1, hi)
+            m = before.match(text, start + 1, hi)
         return None
 
     def _accept(
-        self, idx: int, spec: _Spec, m: re.Match[str], text: str, seg_start: int, seg_end: int
+        self,
+        idx: int,
+        spec: _Spec,
+        start: int,
+        end: int,
+        v: tuple[int, int] | None,
+        text: str,
+        seg_start: int,
+        seg_end: int,
     ) -> Finding | None:
-        s, e = m.span("v") if spec.value else m.span()
+        """Checks on a match of `spec` at text[start:end]; `v` is the span of its value group."""
+        s, e = v if v is not None else (start, end)
         if spec.name == "private_key":
-            e = _pem_end(text, m.end(), seg_end)
-        elif not _right_ok(spec.right, text, m.end(), seg_end):
+            e = _pem_end(text, end, seg_end)
+        elif not _right_ok(spec.right, text, end, seg_end):
             return None
         value = text[s:e]
         if spec.value and len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
@@ -642,12 +672,17 @@ class SecretsDetector:
 
     def _specific(self, text: str, s: int, e: int, seg_start: int, seg_end: int) -> Finding | None:
         """A provider token exactly at `text[s:]` (the value of a generic match), if any."""
-        for idx, spec in enumerate(_SPECS):
-            if spec.value:
-                continue
+        if s >= seg_end:
+            return None
+        first = text[s]
+        candidates = _PROVIDERS_AT.get(first)
+        if candidates is None:  # a character no ASCII table entry covers
+            candidates = tuple(i for i, chars in _PROVIDERS if chars is None or first in chars)
+        for idx in candidates:
+            spec = _SPECS[idx]
             m = _PY[idx].match(text, s, seg_end)
             if m is not None and m.end() > m.start() and _left_ok(spec.left, text, s, seg_start):
-                hit = self._accept(idx, spec, m, text, seg_start, seg_end)
+                hit = self._accept(idx, spec, s, m.end(), None, text, seg_start, seg_end)
                 if hit is not None:
                     return hit
         return None

@@ -133,3 +133,29 @@ def test_real_command_with_workers_keeps_order() -> None:
     for i, result in enumerate(results):
         expected = f"row {i} mail [EMAIL_ADDRESS]" if i % 3 == 0 else f"row {i} plain"
         assert result["message"] == expected
+
+
+def test_bulk_input_keeps_line_numbers_across_the_first_in_process_part() -> None:
+    """Bulk input is scanned here for its first _WARM_SIZE bytes, then by worker processes:
+    verdicts stay in order and an invalid line is still reported with its own number."""
+    gateway = Path(sys.executable).with_name("gateway")
+    lines = [json.dumps({"text": f"row {i} mail user{i}@example.com"}) for i in range(30_000)]
+    bad = 9_000  # well past the first 256 KB
+    lines[bad] = "not json"
+    payload = ("\n".join(lines) + "\n").encode()
+    assert len(payload) > 1 << 20
+    proc = subprocess.run(
+        [str(gateway), "filter", "--direction", "inbound", "--jsonl", "--workers", "2"],
+        input=payload,
+        capture_output=True,
+        check=False,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(lines)
+    assert results[bad]["error"]["message"].startswith(f"line {bad + 1}: not valid JSON")
+    for i, result in enumerate(results):
+        if i != bad:
+            assert result["message"] == f"row {i} mail [EMAIL_ADDRESS]"

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rules import CompiledPolicy, PolicyError, compile_policy
+from rules.detectors.base import Doc
+from rules.detectors.custom import CustomDetector, CustomRule
 
 
 def policy_with(*rules: dict[str, object]) -> CompiledPolicy:
@@ -94,3 +98,35 @@ def test_large_keyword_lists_compile_and_match() -> None:
     words = [f"term{i:05d}" for i in range(20_000)]
     policy = policy_with({"id": "custom.many", "keywords": words, "action": "redact", "placeholder": "[X]"})
     assert policy.scan("a term12345 b term99999", "inbound").message == "a [X] b term99999"
+
+
+# --- the keyword prefilter -------------------------------------------------------------------------
+
+ALPHABET = "aAbBcC _-.?*+()[]\\|^$\n\x00é"
+KEYWORD = st.text(ALPHABET, min_size=1, max_size=6).filter(lambda k: k.strip() == k and k)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(KEYWORD, min_size=1, max_size=5),
+    st.booleans(),
+    st.booleans(),
+    st.lists(st.text(ALPHABET, max_size=24), min_size=1, max_size=6),
+)
+def test_the_prefilter_never_hides_an_occurrence(
+    keywords: list[str], case_sensitive: bool, whole_word: bool, texts: list[str]
+) -> None:
+    """The RE2 prefilter that picks the texts the automaton walks finds exactly what walking the
+    whole batch finds, for every keyword shape (regex metacharacters, "?" that the ASCII view
+    also has for non-ASCII characters, newlines and NUL that turn the prefilter off)."""
+    rule = CustomRule(
+        id="custom.k", placeholder="[K]", keywords=tuple(dict.fromkeys(keywords)),
+        case_sensitive=case_sensitive, whole_word=whole_word,
+    )  # fmt: skip
+    fast = CustomDetector([rule])
+    full = CustomDetector([rule])
+    full._automata = tuple((a, fold, ascii_only, None) for a, fold, ascii_only, _ in full._automata)
+    doc = Doc(texts)
+    assert sorted(fast.find(doc)) == sorted(full.find(doc))
+    for text in texts:
+        assert sorted(fast.find(Doc([text]))) == sorted(full.find(Doc([text])))

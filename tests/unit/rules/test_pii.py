@@ -4,8 +4,11 @@ house numbers, hashes) are left alone."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rules import CompiledPolicy
+from rules.detectors import _checks
 from rules.detectors._checks import card_issuer_ok, iban_ok, is_card_number, luhn_ok, ssn_ok
 
 
@@ -95,6 +98,16 @@ def test_card_checks() -> None:
     assert is_card_number("4111111111111111")
     assert not is_card_number("4111111111111112")
     assert not is_card_number("41111111111")  # too short
+
+
+@given(st.text(st.sampled_from("0123456789") | st.characters(categories=["Nd"]), min_size=1, max_size=20))
+def test_fast_card_checks_agree_with_their_definitions(digits: str) -> None:
+    doubled = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
+    total = sum(map(int, digits[-1::-2])) + sum(doubled[int(c)] for c in digits[-2::-2])
+    assert luhn_ok(digits) == (total % 10 == 0)
+    assert _checks._PREFIX_WIDTHS == (1, 2, 3, 4, 6)  # the widths card_issuer_ok spells out
+    n = len(digits)
+    assert card_issuer_ok(digits) == any((digits[:w], n) in _checks._CARD_PREFIXES for w in (1, 2, 3, 4, 6))
 
 
 # -- IBAN -------------------------------------------------------------------------------------------

@@ -9,8 +9,13 @@ import random
 import string
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rules import CompiledPolicy
+from rules.detectors import secrets
+from rules.detectors._atoms import first_chars
+from rules.detectors.base import Doc, Finding
 
 RNG = random.Random(20240601)
 ALNUM = string.ascii_letters + string.digits
@@ -129,3 +134,90 @@ def test_truncated_private_key_block_is_still_redacted(secrets_policy: CompiledP
     verdict = secrets_policy.scan(text, "inbound")
     assert verdict.message is not None
     assert "BEGIN OPENSSH" not in verdict.message and text.splitlines()[2] not in verdict.message
+
+
+# --- the shortcuts in confirming a gate hit ---------------------------------------------------------
+
+
+class _Reference(secrets.SecretsDetector):
+    """The detector as it was before its shortcuts: every rule searched from `back` before its
+    anchor to `reach` after it, every value matched against every provider rule."""
+
+    def _confirm(self, idx: int, text: str, gs: int, ge: int, seg_start: int, seg_end: int) -> Finding | None:
+        spec = secrets._SPECS[idx]
+        lo = max(seg_start, gs - spec.back)
+        hi = min(seg_end, ge + spec.reach)
+        pattern = secrets._PY[idx]
+        m = pattern.search(text, lo, hi)
+        while m is not None and m.start() <= gs:
+            if m.end() > m.start() and secrets._left_ok(spec.left, text, m.start(), seg_start):
+                v = m.span("v") if spec.value else None
+                hit = self._accept(idx, spec, m.start(), m.end(), v, text, seg_start, seg_end)
+                if hit is not None:
+                    return hit
+            m = pattern.search(text, m.start() + 1, hi)
+        return None
+
+    def _specific(self, text: str, s: int, e: int, seg_start: int, seg_end: int) -> Finding | None:
+        for idx, spec in enumerate(secrets._SPECS):
+            if spec.value:
+                continue
+            m = secrets._PY[idx].match(text, s, seg_end)
+            if m is not None and m.end() > m.start() and secrets._left_ok(spec.left, text, s, seg_start):
+                hit = self._accept(idx, spec, s, m.end(), None, text, seg_start, seg_end)
+                if hit is not None:
+                    return hit
+        return None
+
+
+PIECES = [
+    "password", "PASSWORD", "my_db_password", "api_key", "secret", "token", " = ", ": ", "=", '"', "'",
+    "Authorization: Bearer ", "https://", "user:", "@host", "AKIA", "ghp_", "xoxb-", "sk_live_", "eyJ",
+    "glpat-", "npm_", "AP6", "AKC", "artifactory", "//registry.npmjs.org/:_authToken=", "-----BEGIN ",
+    "PRIVATE KEY-----", "\n", " ", "é", "K", "ſ", "_", "-", ".", "/", "0123456789abcdef",
+    "x9$Kq2!vL8#z", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", rand(36), rand(40), rand(24),
+    "changeme", "aws_secret_access_key", "Abc8Q~" + rand(33), "s3cr3t-Pa55", "AKCp" + rand(12),
+    *(token for token, _ in POSITIVES),
+]  # fmt: skip
+VALUES = [
+    "changeme", "${TOKEN}", "x9$Kq2!vL8#z", "Xk9#mQ2$vL7!pR", "hunter", rand(40, ALNUM + "/+"),
+    "743b294a-cd03-11ec-9d64-0242ac120002", "AKCp" + rand(12), *(token for token, _ in POSITIVES[:17]),
+]  # fmt: skip
+ASSIGNMENT = st.tuples(
+    st.sampled_from(["password", "api_key", "my_db_password", "aws_secret_access_key", "token",
+                     "client_secret", "//registry.npmjs.org/:_authToken", "Authorization", "passphrase"]),
+    st.sampled_from([" = ", "=", ": ", ":=", " => ", ": Bearer ", " is "]),
+    st.sampled_from(['"', "'", ""]),
+    st.sampled_from(VALUES),
+).map(lambda t: f"{t[0]}{t[1]}{t[2]}{t[3]}{t[2]}")  # fmt: skip
+SECRETISH = st.lists(st.one_of(st.sampled_from(PIECES), ASSIGNMENT), max_size=10).map(" ".join)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SECRETISH, min_size=1, max_size=4))
+def test_shortcuts_find_what_the_full_searches_find(texts: list[str]) -> None:
+    doc = Doc(texts)
+    assert secrets.SecretsDetector().find(doc) == _Reference().find(Doc(texts))
+
+
+@pytest.mark.parametrize("idx", [i for i, s in enumerate(secrets._SPECS) if not s.value])
+def test_provider_tokens_start_with_their_first_characters(idx: int) -> None:
+    chars = first_chars(secrets._SPECS[idx].pattern)
+    if chars is None:
+        pytest.skip("any first character")
+    pattern = secrets._PY[idx]
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(pattern, fullmatch=True))
+    def check(token: str) -> None:
+        assert token[0] in chars
+
+    check()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(VALUES) | st.text(max_size=40), st.sampled_from(["", " ", "=", "x"]))
+def test_a_value_meets_the_provider_rules_it_can_start(value: str, before: str) -> None:
+    text = before + value
+    args = (text, len(before), len(text), 0, len(text))
+    assert secrets.SecretsDetector()._specific(*args) == _Reference()._specific(*args)
