@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 
 from gateway.clock import Clock
 from gateway.crypto import SecretBox, load_secret_key
+from gateway.gctune import tune_for_serving
 from gateway.metrics import Metrics
 from gateway.policies import PolicyRegistry
 from gateway.runtime import Runtime
@@ -39,9 +40,14 @@ async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Ru
 
 
 def create_app(
-    settings: Settings | None = None, *, workers: bool = True, clock: Clock | None = None
+    settings: Settings | None = None,
+    *,
+    workers: bool = True,
+    clock: Clock | None = None,
+    tune_gc: bool = False,
 ) -> Starlette:
-    """The API; with `workers`, the pipeline and the sweeper run in the same process."""
+    """The API; with `workers`, the pipeline and the sweeper run in the same process. `tune_gc` (for
+    the server process, not for tests that build many apps) applies `gateway.gctune` once started."""
     from gateway.api import exception_handlers, middleware, routes
     from gateway.api.fast import GatewayApp
 
@@ -54,6 +60,9 @@ def create_app(
         await runtime.ensure_bootstrap_key()
         if workers:
             await runtime.start_workers()
+        if tune_gc:
+            await runtime.policies.get("default", "default")  # compiled now, frozen with the rest
+            tune_for_serving()
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ import signal
 import time
 
 from gateway.crypto import hash_api_key, new_api_key
+from gateway.gctune import tune_for_serving
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway")
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.port
     key = asyncio.run(_first_run_key(settings))
     print(_banner(settings, host, port, key), flush=True)
-    app = create_app(settings, workers=not args.no_workers)
+    app = create_app(settings, workers=not args.no_workers, tune_gc=True)
     from gateway.http_protocol import bounded
 
     config = uvicorn.Config(
@@ -114,6 +115,7 @@ async def _worker_main(settings: Settings) -> None:
 
     runtime = await build_runtime(settings)
     await runtime.start_workers()
+    tune_for_serving()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
