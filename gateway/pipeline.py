@@ -24,7 +24,7 @@ from gateway import ids, plan
 from gateway.delivery.retry import next_delay
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
 from gateway.delivery.signing import webhook_headers
-from gateway.jobs import TERMINAL, DeliveryState, JobStatus, WebhookEvent
+from gateway.jobs import DeliveryState, JobStatus, WebhookEvent
 from gateway.store.base import Attempt, Delivery, FilterOutcome, Job, JobChanges, StoreError
 from rules import CompiledPolicy
 
@@ -262,10 +262,7 @@ class Pipeline:
         )
         if not ok:
             return  # cancelled, expired, or taken over after our lease ran out: someone else decides
-        if outcome.path[-1] in TERMINAL:
-            rt.metrics.jobs_finished.labels(outcome.path[-1].value).inc()
-        if claim is not None:
-            self.send_leased(job, outcome, now=now)
+        rt.job_filtered(job, outcome, claimed_by=claim, now=now)
 
     def send_leased(self, job: Job, outcome: FilterOutcome, *, now: float) -> None:
         """`outcome.deliveries` were stored leased to this worker in the write that stored `job`

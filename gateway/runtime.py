@@ -45,8 +45,9 @@ class Runtime:
             self.pipeline.offer(job)
 
     def job_filtered(self, job: Job, outcome: FilterOutcome, *, claimed_by: str | None, now: float) -> None:
-        """A job was created already filtered (its webhooks queued in the same write, leased to
-        `claimed_by` if that is our worker): count it if it finished, and send its webhooks."""
+        """A job's filtering was stored (by the create request or by a worker), its webhooks queued
+        in the same write and leased to `claimed_by` if that is our worker: count it if it finished,
+        and send those webhooks."""
         if outcome.path[-1] in TERMINAL:
             self.metrics.jobs_finished.labels(outcome.path[-1].value).inc()
         if self.pipeline is not None and claimed_by == self.pipeline.owner and outcome.deliveries:

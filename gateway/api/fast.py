@@ -11,7 +11,6 @@ takes the generic stack, so the edge cases have one implementation.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,8 +21,6 @@ from starlette.types import Receive, Scope, Send
 from gateway.api.errors import exception_handlers
 from gateway.api.jobs import create_job
 from gateway.api.limits import content_length
-
-log = logging.getLogger("gateway.api")
 
 FAST_PATH = "/v1/jobs"
 
