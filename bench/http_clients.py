@@ -6,10 +6,13 @@ bodies with:
 
   aiohttp      a raw `aiohttp.ClientSession` (the ceiling we compare against)
   httpx        `httpx.AsyncClient`
-  transport    our `AiohttpTransport` (static SSRF check, capped read, result classification)
-  +signing     our transport plus `webhook_headers` signing per request (the real per-attempt cost)
+  aio-ours     our `AiohttpTransport` (static SSRF check, capped read, result classification)
+  h1-ours      our `H1Transport` (the same duties on a lean HTTP/1.1 client over httptools)
+  h1+signing   `H1Transport` plus `webhook_headers` signing per request (the real per-attempt cost)
 
-at several concurrency levels, printing requests/s and the ratio to raw aiohttp.
+at several concurrency levels, on uvloop as the server runs, printing requests/s, the ratio to raw
+aiohttp, and this process's CPU time per request: requests/s is capped by the receiver (one
+process on the other core), CPU per request is what a client costs the gateway's event loop.
 
     .venv/bin/python bench/http_clients.py [--requests 3000] [--concurrency 16,64,256]
 """
@@ -32,9 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 import httpx
+import uvloop
 
 from gateway.crypto import new_webhook_secret
-from gateway.delivery.sender import AiohttpTransport
+from gateway.delivery.h1 import H1Transport
+from gateway.delivery.sender import AiohttpTransport, Transport
 from gateway.delivery.signing import webhook_headers
 
 BODY = json.dumps(
@@ -106,8 +111,8 @@ def _receiver(conn: Connection, max_requests: int, deadline_seconds: float) -> N
 Post = Callable[[], Awaitable[None]]
 
 
-async def _drive(post: Post, requests: int, concurrency: int) -> float:
-    """Run `requests` posts with `concurrency` workers; return requests per second."""
+async def _drive(post: Post, requests: int, concurrency: int) -> tuple[float, float]:
+    """Run `requests` posts with `concurrency` workers; return (requests/s, CPU µs per request)."""
     remaining = requests
 
     async def worker() -> None:
@@ -116,12 +121,12 @@ async def _drive(post: Post, requests: int, concurrency: int) -> float:
             remaining -= 1
             await post()
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return requests / (time.perf_counter() - started)
+    return requests / (time.perf_counter() - started), 1e6 * (time.process_time() - cpu) / requests
 
 
-async def bench_aiohttp(url: str, requests: int, concurrency: int) -> float:
+async def bench_aiohttp(url: str, requests: int, concurrency: int) -> tuple[float, float]:
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
@@ -134,7 +139,7 @@ async def bench_aiohttp(url: str, requests: int, concurrency: int) -> float:
         return await _drive(post, requests, concurrency)
 
 
-async def bench_httpx(url: str, requests: int, concurrency: int) -> float:
+async def bench_httpx(url: str, requests: int, concurrency: int) -> tuple[float, float]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
 
@@ -146,8 +151,10 @@ async def bench_httpx(url: str, requests: int, concurrency: int) -> float:
         return await _drive(post, requests, concurrency)
 
 
-async def bench_transport(url: str, requests: int, concurrency: int, sign: bool = False) -> float:
-    transport = AiohttpTransport(
+async def bench_transport(
+    url: str, requests: int, concurrency: int, sign: bool = False, kind: type[Transport] = AiohttpTransport
+) -> tuple[float, float]:
+    transport = kind(
         timeout_seconds=30.0,
         max_connections=concurrency,
         max_per_host=concurrency,
@@ -166,15 +173,20 @@ async def bench_transport(url: str, requests: int, concurrency: int, sign: bool 
         await transport.close()
 
 
-async def bench_transport_signing(url: str, requests: int, concurrency: int) -> float:
-    return await bench_transport(url, requests, concurrency, sign=True)
+async def bench_h1(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+    return await bench_transport(url, requests, concurrency, kind=H1Transport)
 
 
-CLIENTS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, float]]] = {
+async def bench_h1_signing(url: str, requests: int, concurrency: int) -> tuple[float, float]:
+    return await bench_transport(url, requests, concurrency, sign=True, kind=H1Transport)
+
+
+CLIENTS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, tuple[float, float]]]] = {
     "aiohttp": bench_aiohttp,
     "httpx": bench_httpx,
-    "transport": bench_transport,
-    "+signing": bench_transport_signing,
+    "aio-ours": bench_transport,
+    "h1-ours": bench_h1,
+    "h1+signing": bench_h1_signing,
 }
 
 
@@ -205,18 +217,21 @@ def main() -> int:
         port = parent_conn.recv()
         url = f"http://127.0.0.1:{port}/hook"
         print(f"receiver pid {receiver.pid} on {url}; body {len(BODY)} bytes; cpus {os.cpu_count()}")
-        print(f"{'client':<10} {'conc':>5} {'req/s':>9} {'vs aiohttp':>11}")
+        print(f"{'client':<10} {'conc':>5} {'req/s':>9} {'vs aiohttp':>11} {'cpu us/req':>11}")
         results: list[dict[str, object]] = []
         for level in levels:
             # Rounds interleave the clients, so drift on a shared machine hits them all alike.
-            best: dict[str, float] = dict.fromkeys(CLIENTS, 0.0)
+            best: dict[str, tuple[float, float]] = dict.fromkeys(CLIENTS, (0.0, float("inf")))
             for _ in range(args.rounds):
                 for name, fn in CLIENTS.items():
-                    best[name] = max(best[name], asyncio.run(fn(url, count(name), level)))
-            for name, rps in best.items():
-                ratio = rps / best["aiohttp"]
-                print(f"{name:<10} {level:>5} {rps:>9.0f} {ratio:>10.0%}", flush=True)
-                results.append({"client": name, "concurrency": level, "rps": round(rps), "ratio": ratio})
+                    rps, cpu = uvloop.run(fn(url, count(name), level))
+                    best[name] = (max(best[name][0], rps), min(best[name][1], cpu))
+            for name, (rps, cpu) in best.items():
+                ratio = rps / best["aiohttp"][0]
+                print(f"{name:<10} {level:>5} {rps:>9.0f} {ratio:>10.0%} {cpu:>11.1f}", flush=True)
+                results.append(
+                    {"client": name, "concurrency": level, "rps": round(rps), "ratio": ratio, "cpu_us": cpu}
+                )
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=2))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway import ids, plan
+from gateway.delivery.h1 import H1Transport
 from gateway.delivery.retry import next_delay
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
 from gateway.delivery.signing import webhook_headers
@@ -30,6 +31,7 @@ from rules import CompiledPolicy
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
+    from gateway.settings import Settings
 
 log = logging.getLogger("gateway.pipeline")
 
@@ -90,13 +92,19 @@ def _release(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _transport(settings: Settings) -> Transport:
+    if settings.webhook_http_client == "aiohttp":
+        return AiohttpTransport.from_settings(settings)
+    return H1Transport.from_settings(settings)
+
+
 class Pipeline:
     def __init__(self, runtime: Runtime, transport: Transport | None = None) -> None:
         self.rt = runtime
         self.settings = runtime.settings
         self.owner = ids.worker_id()
         self.accepting = False
-        self.transport: Transport = transport or AiohttpTransport.from_settings(runtime.settings)
+        self.transport: Transport = transport or _transport(runtime.settings)
         self._jobs = _Lane("jobs", self.settings.worker_concurrency)
         self._deliveries = _Lane("deliveries", self.settings.webhook_max_concurrency)
         self._loops: list[asyncio.Task[None]] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     webhook_max_per_host: int = Field(default=64, ge=1)
     webhook_response_body_cap: int = Field(default=4096, ge=0)
     webhook_max_retry_after_seconds: float = Field(default=3600.0, ge=0)
+    # The HTTP client that sends webhooks: our lean HTTP/1.1 client (gateway/delivery/h1.py, about a
+    # third of aiohttp's CPU per request), or aiohttp's ClientSession as a fallback.
+    webhook_http_client: Literal["h1", "aiohttp"] = "h1"
 
     metrics_require_auth: bool = False
     rate_limit_per_second: float = Field(default=0.0, ge=0)  # 0 = off

@@ -15,6 +15,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from standardwebhooks.webhooks import Webhook
 
 from gateway.crypto import new_webhook_secret
+from gateway.delivery.h1 import H1Transport
 from gateway.delivery.sender import AiohttpTransport, AttemptResult, MockTransport, classify_status
 from gateway.delivery.signing import webhook_headers
 from gateway.settings import Settings
@@ -130,14 +131,24 @@ async def other_receiver() -> AsyncIterator[Receiver]:
 
 
 BODY = b'{"event":"job.completed","job_id":"job_1"}'
+
+
 HEADERS = {"content-type": "application/json", "webhook-id": "msg_1"}
 
 
+Client = type[AiohttpTransport] | type[H1Transport]
+
+
+@pytest.fixture(params=[H1Transport, AiohttpTransport], ids=["h1", "aiohttp"])
+def client(request: pytest.FixtureRequest) -> Client:
+    """Every test runs against both transports: the production one and the aiohttp fallback."""
+    cls: Client = request.param
+    return cls
+
+
 @pytest.fixture
-async def transport() -> AsyncIterator[AiohttpTransport]:
-    t = AiohttpTransport(
-        timeout_seconds=5.0, connect_timeout_seconds=2.0, body_cap=64, allow_private_networks=True
-    )
+async def transport(client: Client) -> AsyncIterator[AiohttpTransport | H1Transport]:
+    t = client(timeout_seconds=5.0, connect_timeout_seconds=2.0, body_cap=64, allow_private_networks=True)
     try:
         yield t
     finally:
@@ -145,7 +156,7 @@ async def transport() -> AsyncIterator[AiohttpTransport]:
 
 
 async def test_2xx_is_success_and_the_receiver_can_verify_it(
-    transport: AiohttpTransport, receiver: Receiver
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
 ) -> None:
     secret = new_webhook_secret()
     headers = webhook_headers("msg_abc", int(time.time()), BODY, secret)
@@ -161,19 +172,23 @@ async def test_2xx_is_success_and_the_receiver_can_verify_it(
     Webhook(secret).verify(received_body, received_headers)
 
 
-async def test_responses_are_asked_for_uncompressed(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_responses_are_asked_for_uncompressed(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
+) -> None:
     # only a few KiB of a response are kept, undecoded, for the attempt log
     assert (await transport.post(receiver.url("/ok"), HEADERS, BODY)).outcome == "success"
     received_headers, _ = receiver.received[0]
     assert received_headers["accept-encoding"] == "identity"
 
 
-async def test_204_is_success(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_204_is_success(transport: AiohttpTransport | H1Transport, receiver: Receiver) -> None:
     result = await transport.post(receiver.url("/204"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.response_excerpt) == ("success", 204, "")
 
 
-async def test_cookies_are_never_replayed(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_cookies_are_never_replayed(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
+) -> None:
     for _ in range(2):
         # a host name, not 127.0.0.1: cookie jars ignore cookies from IP hosts anyway
         url = f"http://localhost:{receiver.port}/cookie"
@@ -181,14 +196,16 @@ async def test_cookies_are_never_replayed(transport: AiohttpTransport, receiver:
     assert all("cookie" not in headers for headers, _ in receiver.received)
 
 
-async def test_connections_are_reused(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_connections_are_reused(transport: AiohttpTransport | H1Transport, receiver: Receiver) -> None:
     for _ in range(20):
         assert (await transport.post(receiver.url("/ok"), HEADERS, BODY)).outcome == "success"
     assert receiver.hits["/ok"] == 20
 
 
 @pytest.mark.parametrize("code", [500, 502, 400, 401, 404, 408, 422])
-async def test_other_statuses_retry(transport: AiohttpTransport, receiver: Receiver, code: int) -> None:
+async def test_other_statuses_retry(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver, code: int
+) -> None:
     result = await transport.post(receiver.url(f"/status/{code}"), HEADERS, BODY)
     assert result.outcome == "retry"
     assert result.status_code == code
@@ -197,12 +214,14 @@ async def test_other_statuses_retry(transport: AiohttpTransport, receiver: Recei
     assert result.retry_after is None
 
 
-async def test_429_retry_after_seconds(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_429_retry_after_seconds(transport: AiohttpTransport | H1Transport, receiver: Receiver) -> None:
     result = await transport.post(receiver.url("/status/429?retry_after=7"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.retry_after) == ("retry", 429, 7.0)
 
 
-async def test_503_retry_after_http_date(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_503_retry_after_http_date(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
+) -> None:
     result = await transport.post(receiver.url("/status/503?retry_after_in=120"), HEADERS, BODY)
     assert result.outcome == "retry"
     assert result.retry_after is not None
@@ -210,14 +229,14 @@ async def test_503_retry_after_http_date(transport: AiohttpTransport, receiver: 
 
 
 async def test_retry_after_only_counts_on_429_and_503(
-    transport: AiohttpTransport, receiver: Receiver
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
 ) -> None:
     result = await transport.post(receiver.url("/status/500?retry_after=7"), HEADERS, BODY)
     assert result.retry_after is None
 
 
-async def test_retry_after_is_capped(receiver: Receiver) -> None:
-    t = AiohttpTransport(allow_private_networks=True, max_retry_after_seconds=60)
+async def test_retry_after_is_capped(client: Client, receiver: Receiver) -> None:
+    t = client(allow_private_networks=True, max_retry_after_seconds=60)
     try:
         result = await t.post(receiver.url("/status/429?retry_after=86400"), HEADERS, BODY)
     finally:
@@ -225,19 +244,23 @@ async def test_retry_after_is_capped(receiver: Receiver) -> None:
     assert result.retry_after == 60
 
 
-async def test_410_is_gone(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_410_is_gone(transport: AiohttpTransport | H1Transport, receiver: Receiver) -> None:
     result = await transport.post(receiver.url("/status/410"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.error) == ("gone", 410, "http_410")
 
 
 @pytest.mark.parametrize("code", [301, 302, 307, 308])
-async def test_redirects_are_not_followed(transport: AiohttpTransport, receiver: Receiver, code: int) -> None:
+async def test_redirects_are_not_followed(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver, code: int
+) -> None:
     result = await transport.post(receiver.url(f"/status/{code}"), HEADERS, BODY)
     assert (result.outcome, result.status_code, result.error) == ("retry", code, "redirect_not_followed")
     assert "/ok" not in receiver.hits  # the Location was never visited
 
 
-async def test_huge_response_body_is_capped(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_huge_response_body_is_capped(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
+) -> None:
     started = time.perf_counter()
     result = await transport.post(receiver.url("/huge"), HEADERS, BODY)
     assert result.status_code == 500
@@ -248,7 +271,7 @@ async def test_huge_response_body_is_capped(transport: AiohttpTransport, receive
 
 
 async def test_undecodable_body_is_replaced_not_fatal(
-    transport: AiohttpTransport, receiver: Receiver
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
 ) -> None:
     result = await transport.post(receiver.url("/not-utf8"), HEADERS, BODY)
     assert result.status_code == 400
@@ -257,11 +280,9 @@ async def test_undecodable_body_is_replaced_not_fatal(
 
 
 async def test_hanging_receiver_times_out_without_blocking_others(
-    receiver: Receiver, other_receiver: Receiver
+    client: Client, receiver: Receiver, other_receiver: Receiver
 ) -> None:
-    t = AiohttpTransport(
-        timeout_seconds=1.0, connect_timeout_seconds=0.5, max_per_host=2, allow_private_networks=True
-    )
+    t = client(timeout_seconds=1.0, connect_timeout_seconds=0.5, max_per_host=2, allow_private_networks=True)
     try:
         started = time.perf_counter()
         hung = [asyncio.create_task(t.post(receiver.url("/hang"), HEADERS, BODY)) for _ in range(4)]
@@ -286,7 +307,7 @@ async def test_hanging_receiver_times_out_without_blocking_others(
     assert receiver.hits["/hang"] == 2
 
 
-async def test_connection_refused_is_a_retry(transport: AiohttpTransport) -> None:
+async def test_connection_refused_is_a_retry(transport: AiohttpTransport | H1Transport) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -296,13 +317,15 @@ async def test_connection_refused_is_a_retry(transport: AiohttpTransport) -> Non
     assert result.error is not None and result.error.startswith("connect_error:")
 
 
-async def test_dns_failure_is_a_retry(transport: AiohttpTransport) -> None:
+async def test_dns_failure_is_a_retry(transport: AiohttpTransport | H1Transport) -> None:
     result = await transport.post("http://no-such-host.invalid/hook", HEADERS, BODY)
     assert result.outcome == "retry"
     assert result.error is not None and result.error.startswith("dns_error:")
 
 
-async def test_tls_to_a_plain_http_port_is_a_retry(transport: AiohttpTransport, receiver: Receiver) -> None:
+async def test_tls_to_a_plain_http_port_is_a_retry(
+    transport: AiohttpTransport | H1Transport, receiver: Receiver
+) -> None:
     result = await transport.post(f"https://127.0.0.1:{receiver.port}/ok", HEADERS, BODY)
     assert result.outcome == "retry"
     assert result.error is not None
@@ -311,8 +334,8 @@ async def test_tls_to_a_plain_http_port_is_a_retry(transport: AiohttpTransport, 
 # --- SSRF at dial time -----------------------------------------------------------------------------
 
 
-async def test_private_literal_is_refused_before_connecting(receiver: Receiver) -> None:
-    t = AiohttpTransport(allow_private_networks=False)
+async def test_private_literal_is_refused_before_connecting(client: Client, receiver: Receiver) -> None:
+    t = client(allow_private_networks=False)
     try:
         result = await t.post(receiver.url("/ok"), HEADERS, BODY)
     finally:
@@ -322,8 +345,8 @@ async def test_private_literal_is_refused_before_connecting(receiver: Receiver) 
     assert receiver.hits == {}
 
 
-async def test_localhost_name_is_refused(receiver: Receiver) -> None:
-    t = AiohttpTransport(allow_private_networks=False)
+async def test_localhost_name_is_refused(client: Client, receiver: Receiver) -> None:
+    t = client(allow_private_networks=False)
     try:
         result = await t.post(f"http://localhost:{receiver.port}/ok", HEADERS, BODY)
     finally:
@@ -346,9 +369,11 @@ class _RebindingDNS(AbstractResolver):
         pass
 
 
-async def test_name_resolving_to_loopback_is_refused_at_connect_time(receiver: Receiver) -> None:
+async def test_name_resolving_to_loopback_is_refused_at_connect_time(
+    client: Client, receiver: Receiver
+) -> None:
     url = f"http://hooks.attacker.test:{receiver.port}/ok"
-    t = AiohttpTransport(allow_private_networks=False, resolver=_RebindingDNS())
+    t = client(allow_private_networks=False, resolver=_RebindingDNS())
     try:
         result = await t.post(url, HEADERS, BODY)
     finally:
@@ -358,7 +383,7 @@ async def test_name_resolving_to_loopback_is_refused_at_connect_time(receiver: R
     assert receiver.hits == {}
 
     # the same resolver with private networks allowed really connects to what it answered
-    t = AiohttpTransport(allow_private_networks=True, resolver=_RebindingDNS())
+    t = client(allow_private_networks=True, resolver=_RebindingDNS())
     try:
         assert (await t.post(url, HEADERS, BODY)).outcome == "success"
     finally:
@@ -366,7 +391,7 @@ async def test_name_resolving_to_loopback_is_refused_at_connect_time(receiver: R
     assert receiver.hits == {"/ok": 1}
 
 
-async def test_machine_hostname_resolving_to_loopback_is_refused(receiver: Receiver) -> None:
+async def test_machine_hostname_resolving_to_loopback_is_refused(client: Client, receiver: Receiver) -> None:
     """Real DNS (the hosts file): a name other than `localhost` that resolves to loopback."""
     try:
         address = socket.gethostbyname(socket.gethostname())
@@ -374,7 +399,7 @@ async def test_machine_hostname_resolving_to_loopback_is_refused(receiver: Recei
         pytest.skip("this machine's hostname does not resolve")
     if not address.startswith("127."):
         pytest.skip("this machine's hostname does not resolve to loopback")
-    t = AiohttpTransport(allow_private_networks=False)
+    t = client(allow_private_networks=False)
     try:
         result = await t.post(f"http://{socket.gethostname()}:{receiver.port}/ok", HEADERS, BODY)
     finally:
@@ -386,7 +411,7 @@ async def test_machine_hostname_resolving_to_loopback_is_refused(receiver: Recei
 # --- construction and the mock ----------------------------------------------------------------------
 
 
-async def test_from_settings() -> None:
+async def test_from_settings(client: Client) -> None:
     settings = Settings(
         webhook_timeout_seconds=3,
         webhook_connect_timeout_seconds=1,
@@ -396,7 +421,7 @@ async def test_from_settings() -> None:
         webhook_allow_private_networks=True,
         webhook_max_retry_after_seconds=42,
     )
-    t = AiohttpTransport.from_settings(settings)
+    t = client.from_settings(settings)
     assert (t.timeout_seconds, t.connect_timeout_seconds, t.max_connections, t.max_per_host) == (3, 1, 10, 2)
     assert (t.body_cap, t.allow_private_networks, t.max_retry_after_seconds) == (99, True, 42)
     await t.close()  # closing an unused transport is fine
@@ -436,7 +461,7 @@ async def test_mock_transport_sync_handler_results_and_url_checks() -> None:
     assert refused.outcome == "refused"
 
 
-async def test_garbage_response_error_never_contains_the_url() -> None:
+async def test_garbage_response_error_never_contains_the_url(client: Client) -> None:
     """Webhook URLs often carry a token in the query; the attempt log must not copy it."""
 
     async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -447,9 +472,7 @@ async def test_garbage_response_error_never_contains_the_url() -> None:
 
     server = await asyncio.start_server(garbage, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    transport = AiohttpTransport(
-        timeout_seconds=2.0, connect_timeout_seconds=1.0, allow_private_networks=True
-    )
+    transport = client(timeout_seconds=2.0, connect_timeout_seconds=1.0, allow_private_networks=True)
     try:
         result = await transport.post(f"http://127.0.0.1:{port}/hook?token=s3cr3t-value", {}, b"{}")
     finally:
