@@ -30,7 +30,6 @@ import argparse
 import logging
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,13 +77,15 @@ def kb_of(texts: list[str]) -> float:
 
 
 def gateway_binary() -> list[str]:
-    exe = Path(sys.executable).with_name("gateway")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("gateway")
-    if found:
-        return [found]
+    """This checkout's CLI: `python -m gateway.cli` with the repository first on the path (see
+    `_cli_env`), not a `gateway` console script, which may belong to another checkout."""
     return [sys.executable, "-m", "gateway.cli"]
+
+
+def _cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _children_cpu() -> float:
@@ -99,7 +100,7 @@ def run_cli(cmd: list[str], payload: bytes, workdir: Path) -> tuple[float, float
     with src.open("rb") as stdin:
         cpu = _children_cpu()
         start = time.perf_counter()
-        proc = subprocess.run(cmd, stdin=stdin, capture_output=True, check=False, cwd=REPO)
+        proc = subprocess.run(cmd, stdin=stdin, capture_output=True, check=False, cwd=REPO, env=_cli_env())
         elapsed = time.perf_counter() - start
         cpu = _children_cpu() - cpu
     if proc.returncode != 0:

@@ -126,6 +126,21 @@ class RuleSet:
     def action(self, rule_id: str) -> str:
         return self._actions[rule_id]
 
+    def scan(self, text: str) -> Verdict:
+        """One text: what `scan_many([text])[0]` returns, without the batch bookkeeping (one text
+        needs no grouping by text, no index dictionaries, no rescans across separators)."""
+        detectors = self._detectors
+        if not detectors:
+            return Verdict(ALLOWED, text, ())
+        doc = Doc.single(text)
+        findings: list[Finding] = []
+        for detector in detectors:
+            findings += detector.find(doc)
+        if not findings:
+            return Verdict(ALLOWED, text, ())
+        decision = self._decide(text, findings)
+        return Verdict(ALLOWED, text, ()) if decision is None else self.verdict_of(decision)
+
     def scan_many(self, texts: Sequence[str]) -> list[Verdict]:
         found = self.scan_sparse(texts)
         if not found:
@@ -249,6 +264,14 @@ class RuleSet:
 
     def _resolve(self, entities: list[Finding]) -> list[Finding]:
         """Keep the best of overlapping entity readings: longest, then strictest action, then score."""
+        ordered = sorted(entities)
+        prev = ordered[0]
+        for f in ordered[1:]:
+            if f[0] < prev[1] or f == prev:
+                break
+            prev = f
+        else:  # no two readings overlap (the usual case): every one is kept
+            return ordered
         meta = self._meta
         ranked = sorted(
             set(entities),
@@ -307,7 +330,10 @@ class CompiledPolicy:
         """Filter one text with the rule set of `direction` ("inbound" or "outbound")."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
-        return self.rule_set(direction).scan_many([text])[0]
+        rules = self._sets.get(direction)
+        if rules is None:
+            rules = self.rule_set(direction)  # raises the error that names the directions
+        return rules.scan(text)
 
     def scan_many(self, texts: Sequence[str], direction: str) -> list[Verdict]:
         """Filter a batch; the same verdicts as `scan` on each text, computed in one pass."""

@@ -116,6 +116,28 @@ class Doc:
         self._lower: str | None = None
         self._nonascii: tuple[Doc, list[int]] | None = None
 
+    @classmethod
+    def single(cls, text: str) -> Doc:
+        """`Doc([text])`, built without the batch bookkeeping (the engine's one-text path)."""
+        doc = cls.__new__(cls)
+        doc.ascii = ascii_ = text.isascii()
+        doc._data = None
+        if not ascii_:
+            try:
+                doc._data = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: replaced char for char
+                text = clean_text(text)
+        doc.segments = [text]
+        doc.text = text
+        doc.starts = [0]
+        doc.ends = [len(text)]
+        doc._view = None
+        doc._byte_starts = None
+        doc._last_char = {}
+        doc._lower = None
+        doc._nonascii = None
+        return doc
+
     def nonascii(self) -> tuple[Doc, list[int]]:
         """The texts that are not pure ASCII, as their own document, and their indices here.
 

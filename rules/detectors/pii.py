@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rules.detectors._checks import IBAN_LENGTHS, card_issuer_ok, iban_ok, luhn_ok, ssn_ok
-from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, indexed_spans
+from rules.detectors.base import Doc, Finding, RuleInfo, compile_re2, group_spans, indexed_spans
 
 CATEGORY = "pii"
 
@@ -51,7 +51,9 @@ _CANDIDATES = compile_re2(
     rb"|(?:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]*)",
 )
 
-_LOCAL_TAIL = re.compile(r"[\w!#$%&'*+/=?^`{|}~.-]{1,64}\Z")
+#: The local part: the run of these characters (at most 64) that ends at the "@". Matched on the
+#: reversed window before the "@": one match, where a search for `[...]{1,64}\Z` tried every start.
+_LOCAL_RUN = re.compile(r"[\w!#$%&'*+/=?^`{|}~.-]*")
 _DOMAIN = re.compile(r"(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+([^\W\d_]{2,63})(?![\w-])")
 _EXT = re.compile(r"[ ]?(?:x|ext\.?|extension)[ ]?\d{1,6}\Z", re.IGNORECASE)
 _GROUPS = re.compile(r"\d+")
@@ -113,10 +115,22 @@ def _context_before(text: str, seg_start: int, pos: int, width: int = 48) -> str
 _LABELS = re.compile(f"(?P<pos>{_PHONE_BEFORE.pattern})|(?P<neg>{_NOT_PHONE_BEFORE.pattern})")
 
 
+#: `_LABELS` for RE2, used on ASCII windows, where RE2's ASCII-only `\b` and Python's Unicode one
+#: agree: one pass instead of Python trying the whole alternation at every character.
+_LABELS_RE2 = compile_re2(_LABELS.pattern.encode(), capture=True)
+
+
 def _label_before(window: str) -> tuple[int, int]:
     """End offsets of the last phone word and of the last other-number word in `window` (-1 when
     none): the nearer label says what the number is."""
     pos = neg = -1
+    if window.isascii():
+        for found in group_spans(_LABELS_RE2, window.encode()):
+            if found[1][0] >= 0:
+                pos = found[0][1]
+            else:
+                neg = found[0][1]
+        return pos, neg
     for m in _LABELS.finditer(window):
         if m.lastgroup == "pos":
             pos = m.end()
@@ -162,10 +176,10 @@ class PiiDetector:
     # -- e-mail -----------------------------------------------------------------------------------
 
     def _email(self, text: str, i: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
-        lm = _LOCAL_TAIL.search(text, max(seg_start, i - 64), i)
-        if lm is None:
+        run = _LOCAL_RUN.match(text[max(seg_start, i - 64) : i][::-1])
+        if run is None or run.end() == 0:  # (`*` always matches; None only for the type checker)
             return
-        start = lm.start()
+        start = i - run.end()
         while start < i and text[start] == ".":
             start += 1
         if start == i or text[i - 1] == ".":
