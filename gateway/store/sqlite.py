@@ -171,26 +171,52 @@ class _Thread:
         self._pool.shutdown(wait=True)
 
 
-def _run_batch(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
-    """Run every operation in one transaction (one commit, one fsync for the whole batch).
+Op = Callable[[sqlite3.Connection], Any]
 
-    Optimistic: no per-operation SAVEPOINT on the fast path. If an operation raises (a bug or a
-    constraint, never a race: the writer is serialised), the batch is rolled back and run again
-    with a SAVEPOINT around each operation, so only the failing one fails.
-    """
+
+def _begin(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
+
+
+def _commit(conn: sqlite3.Connection) -> None:
     try:
-        out = [fn(conn) for fn in fns]
         conn.execute("COMMIT")
-        return out
-    except sqlite3.OperationalError:
+    except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _run_batch_here(conn: sqlite3.Connection, fns: Sequence[Op]) -> list[Any]:
+    """A whole batch in the calling thread (the writer's): for batches with long operations."""
+    _begin(conn)
+    try:
+        out = _run_ops(conn, fns)
+    except BaseException:
+        _rollback(conn)
+        raise
+    if out is None:
+        _rollback(conn)
+        return _run_batch_isolated(conn, fns)
+    _commit(conn)
+    return out
+
+
+def _run_ops(conn: sqlite3.Connection, fns: Sequence[Op]) -> list[Any] | None:
+    """Run a batch's operations inside the open transaction; None if one raised something other
+    than an OperationalError (a bug or a constraint, never a race: the writer is serialised), in
+    which case the caller rolls back and runs the batch again with `_run_batch_isolated`."""
+    try:
+        return [fn(conn) for fn in fns]
+    except sqlite3.OperationalError:
+        raise
     except Exception:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-    return _run_batch_isolated(conn, fns)
+        return None
 
 
 def _run_batch_isolated(
@@ -248,7 +274,7 @@ class SqliteStore:
         self._writer = _Thread(self.path, sync, busy_timeout, "sqlite-writer")
         self._readers = [_Thread(self.path, sync, busy_timeout, f"sqlite-reader-{i}") for i in range(readers)]
         self._next_reader = itertools.cycle(range(readers))
-        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]] = []
         self._drainer: asyncio.Task[None] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -302,31 +328,68 @@ class SqliteStore:
         except sqlite3.OperationalError as exc:
             raise StoreError(str(exc)) from exc
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, long: bool = False) -> T:
+        """Queue a write for the next batch; `long` for operations that may take milliseconds."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._pending.append((fn, fut))
+        self._pending.append((fn, fut, long))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
         return await fut
 
+    async def _run_batch(
+        self, fns: Sequence[Callable[[sqlite3.Connection], Any]], on_thread: bool = False
+    ) -> list[Any]:
+        """Run every operation in one transaction (one commit, one fsync for the whole batch).
+
+        The transaction's two waits happen on the writer thread: `BEGIN IMMEDIATE` (it may wait out
+        another process's write lock) and `COMMIT` (the fsync). The operations themselves run here,
+        on the event loop: inside an immediate transaction they never wait for a lock, and they are
+        mostly Python (binding arguments, building results). On the writer thread that Python work
+        fought the event loop for the GIL statement by statement, and every hand-off went both
+        ways (`bench/e2e_throughput.py`: see the README's figures).
+
+        Optimistic: no per-operation SAVEPOINT on the fast path. If an operation raises anything
+        but an OperationalError, the batch is rolled back and run again with a SAVEPOINT around
+        each operation, so only the failing one fails.
+
+        A batch with a long operation in it (the sweeper's, up to a thousand jobs at a time) runs
+        wholly on the writer thread instead, so it cannot stall the event loop.
+        """
+        writer = self._writer
+        if on_thread:
+            return await writer.run(lambda c: _run_batch_here(c, fns))
+        conn = writer.conn
+        assert conn is not None, "store is not open"
+        await writer.run(_begin)
+        try:
+            out = _run_ops(conn, fns)
+        except BaseException:
+            await writer.run(_rollback)
+            raise
+        if out is None:
+            await writer.run(_rollback)
+            return await writer.run(lambda c: _run_batch_isolated(c, fns))
+        await writer.run(_commit)
+        return out
+
     async def _drain(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
-            fns = [fn for fn, _ in batch]
+            fns = [fn for fn, _, _ in batch]
             try:
-                results = await self._writer.run(lambda c, fns=fns: _run_batch(c, fns))  # type: ignore[misc]
+                results = await self._run_batch(fns, on_thread=any(long for _, _, long in batch))
             except sqlite3.Error as exc:
                 err = StoreError(f"database write failed: {exc}")
                 if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                     # Writes queued while this batch waited out the busy timeout would each wait
                     # it out again: fail them now too, so every caller gets its 503 promptly.
                     batch, self._pending = batch + self._pending, []
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     if not fut.done():
                         fut.set_exception(err)
                 continue
-            for (_, fut), value in zip(batch, results, strict=True):
+            for (_, fut, _), value in zip(batch, results, strict=True):
                 if fut.done():
                     continue
                 if isinstance(value, _Failed):
@@ -732,7 +795,7 @@ class SqliteStore:
                     expired.append(job_id)
             return expired
 
-        return await self._write(op)
+        return await self._write(op, long=True)
 
     async def purge_finished(self, *, before: float, limit: int) -> int:
         def op(c: sqlite3.Connection) -> int:
@@ -745,7 +808,7 @@ class SqliteStore:
             c.execute(f"DELETE FROM jobs WHERE id IN ({marks})", victims)
             return len(victims)
 
-        return await self._write(op)
+        return await self._write(op, long=True)
 
     async def queue_stats(self) -> QueueStats:
         def op(c: sqlite3.Connection) -> QueueStats:

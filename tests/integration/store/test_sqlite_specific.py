@@ -75,3 +75,109 @@ async def test_a_failing_operation_fails_alone_in_its_batch(tmp_path: Path) -> N
             await store.create_job(job(dup), claim_for=None, lease=1, idempotency_ttl=1)
     finally:
         await store.close()
+
+
+async def _loop_stalls_while(awaitable: object, *, tick: float = 0.005) -> tuple[object, float]:
+    """Await `awaitable` while a ticker measures the event loop's longest stall."""
+    import asyncio
+    import time
+
+    worst = 0.0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while not done:
+            await asyncio.sleep(tick)
+            now = time.perf_counter()
+            worst = max(worst, now - last - tick)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    try:
+        result = await awaitable  # type: ignore[misc]
+    finally:
+        done = True
+        await task
+    return result, worst
+
+
+async def test_a_write_waiting_for_another_process_lock_does_not_stall_the_event_loop(tmp_path: Path) -> None:
+    """Batches run their statements on the event loop, but the lock is taken (and the commit's
+    fsync done) on the writer thread: while another process holds the write lock, the API stays
+    responsive and the write goes through once the lock is released."""
+    import asyncio
+    import time
+
+    from gateway import ids
+    from gateway.jobs import Mode
+    from gateway.store.base import NewJob
+
+    path = tmp_path / "l.db"
+    store = SqliteStore(f"sqlite:///{path}", busy_timeout=5.0)
+    await store.open()
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        now = time.time()
+        job = NewJob(
+            ids.job_id(now), "t", Mode.SEPARATE, "default", "x", None, None, None, None, {}, now, now + 60
+        )
+        other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+        asyncio.get_running_loop().call_later(0.4, other.execute, "COMMIT")
+        started = time.perf_counter()
+        (created, is_new), stall = await _loop_stalls_while(
+            store.create_job(job, claim_for=None, lease=30, idempotency_ttl=60)
+        )
+        assert time.perf_counter() - started >= 0.35  # it really waited for the lock
+        assert is_new and created.id == job.id
+        assert stall < 0.1, f"the event loop stalled {stall * 1000:.0f} ms"
+        assert await store.get_job("t", job.id) is not None
+    finally:
+        other.close()
+        await store.close()
+
+
+async def test_the_sweepers_long_writes_run_off_the_event_loop(tmp_path: Path) -> None:
+    """Purging a thousand finished jobs is one long operation: it must not stall the event loop
+    the way a batch of short writes may (those run on it)."""
+    import time
+
+    from gateway import ids
+    from gateway.jobs import Mode
+    from gateway.store.base import NewJob
+
+    store = SqliteStore(f"sqlite:///{tmp_path}/p.db")
+    await store.open()
+    try:
+        now = time.time() - 3600
+        for _ in range(3):
+            for i in range(1000):
+                job = NewJob(
+                    ids.job_id(now + i / 1000),
+                    "t",
+                    Mode.COMBINED,
+                    "default",
+                    "x" * 200,
+                    "y" * 200,
+                    None,
+                    None,
+                    None,
+                    {},
+                    now,
+                    now + 60,
+                )
+                await store.create_job(job, claim_for=None, lease=30, idempotency_ttl=60)
+            expired, _ = await _loop_stalls_while(store.expire_due(now=time.time(), limit=1000))
+            assert len(expired) == 1000  # type: ignore[arg-type]
+        assert await store.get_job("t", expired[0]) is not None  # type: ignore[index]
+        started = time.perf_counter()
+        purged, stall = await _loop_stalls_while(store.purge_finished(before=time.time() + 1, limit=3000))
+        took = time.perf_counter() - started
+        assert purged == 3000
+        # on the event loop the stall would be the whole purge
+        assert stall < took / 4, (
+            f"the event loop stalled {stall * 1000:.0f} of the purge's {took * 1000:.0f} ms"
+        )
+    finally:
+        await store.close()
