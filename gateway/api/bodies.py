@@ -56,11 +56,14 @@ def _plainly_storable(raw: bytes) -> bool:
     the walk over every string can be skipped. A parsed body is valid UTF-8 (both parsers insist),
     so a bad string can only come from an escape: `\\u0000` (a raw NUL is invalid JSON) or a
     surrogate `\\ud800`-`\\udfff` (a valid pair lands here too and is checked the slow way, as
-    is an escaped backslash before `u0000`: false positives only cost the walk)."""
-    if b"\\u" not in raw:
+    is an escaped backslash before `u0000`: false positives only cost the walk).
+
+    `find`, not `in`: `bytes.__contains__` first tries its argument as an integer and builds (and
+    throws away) a TypeError for every bytes needle."""
+    if raw.find(b"\\u") < 0:
         return True
     lowered = raw.lower()
-    return b"\\u0000" not in lowered and not any(e in lowered for e in _SURROGATE_ESCAPES)
+    return lowered.find(b"\\u0000") < 0 and not any(lowered.find(e) >= 0 for e in _SURROGATE_ESCAPES)
 
 
 def check_strings(value: Any, root: str = "", *, allow_nul: bool = False) -> None:

@@ -181,3 +181,20 @@ async def test_the_sweepers_long_writes_run_off_the_event_loop(tmp_path: Path) -
         )
     finally:
         await store.close()
+
+
+def test_none_and_bytes_bind_as_themselves_through_the_registered_adapters() -> None:
+    """gateway.store.sqlite registers identity adapters for None and bytes (a binding shortcut):
+    they must store NULL and the exact bytes, and leave other types' binding alone."""
+    import gateway.store.sqlite  # noqa: F401  (registers the adapters)
+
+    adapters = sqlite3.adapters  # type: ignore[attr-defined]
+    assert (type(None), sqlite3.PrepareProtocol) in adapters
+    assert (bytes, sqlite3.PrepareProtocol) in adapters
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (a, b, c, d)")
+    blob = bytes(range(256)) + b"\x00tail"
+    conn.execute("INSERT INTO t VALUES (?, ?, ?, ?)", (None, blob, "text", 1.5))
+    conn.execute("INSERT INTO t VALUES (:a, :b, :c, :d)", {"a": None, "b": b"", "c": "", "d": 7})
+    rows = conn.execute("SELECT a, typeof(a), b, typeof(b), c, d FROM t ORDER BY rowid").fetchall()
+    assert rows == [(None, "null", blob, "blob", "text", 1.5), (None, "null", b"", "blob", "", 7)]
