@@ -185,6 +185,28 @@ def _begin(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
 
 
+def _begin_at_once(conn: sqlite3.Connection, busy_timeout_ms: int) -> bool:
+    """`BEGIN IMMEDIATE` if the write lock is free now (True); False, with nothing begun, if
+    another process holds it. Never waits: the busy timeout is off for this one statement."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if conn.in_transaction or not _is_busy(exc):
+            raise
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+    return True
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
 def _commit(conn: sqlite3.Connection) -> None:
     try:
         conn.execute("COMMIT")
@@ -279,6 +301,7 @@ class SqliteStore:
         if sync not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"bad synchronous setting {synchronous!r}")
         self._writer = _Thread(self.path, sync, busy_timeout, "sqlite-writer")
+        self._busy_timeout_ms = int(busy_timeout * 1000)
         self._readers = [_Thread(self.path, sync, busy_timeout, f"sqlite-reader-{i}") for i in range(readers)]
         self._next_reader = itertools.cycle(range(readers))
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]] = []
@@ -349,8 +372,10 @@ class SqliteStore:
     ) -> list[Any]:
         """Run every operation in one transaction (one commit, one fsync for the whole batch).
 
-        The transaction's two waits happen on the writer thread: `BEGIN IMMEDIATE` (it may wait out
-        another process's write lock) and `COMMIT` (the fsync). The operations themselves run here,
+        The transaction's two waits happen on the writer thread: `BEGIN IMMEDIATE` when another
+        process holds the write lock (it is tried here first, without waiting: in one process the
+        lock is always free, and a thread hop costs the batch a turn of the busy event loop) and
+        `COMMIT` (the fsync). The operations themselves run here,
         on the event loop: inside an immediate transaction they never wait for a lock, and they are
         mostly Python (binding arguments, building results). On the writer thread that Python work
         fought the event loop for the GIL statement by statement, and every hand-off went both
@@ -368,7 +393,8 @@ class SqliteStore:
             return await writer.run(lambda c: _run_batch_here(c, fns))
         conn = writer.conn
         assert conn is not None, "store is not open"
-        await writer.run(_begin)
+        if not _begin_at_once(conn, self._busy_timeout_ms):
+            await writer.run(_begin)  # wait for the other process's lock off the event loop
         try:
             out = _run_ops(conn, fns)
         except BaseException:

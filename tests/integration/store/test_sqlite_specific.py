@@ -198,3 +198,30 @@ def test_none_and_bytes_bind_as_themselves_through_the_registered_adapters() -> 
     conn.execute("INSERT INTO t VALUES (:a, :b, :c, :d)", {"a": None, "b": b"", "c": "", "d": 7})
     rows = conn.execute("SELECT a, typeof(a), b, typeof(b), c, d FROM t ORDER BY rowid").fetchall()
     assert rows == [(None, "null", blob, "blob", "text", 1.5), (None, "null", b"", "blob", "", 7)]
+
+
+def test_begin_at_once_never_waits_and_keeps_the_busy_timeout(tmp_path: Path) -> None:
+    """The event loop tries the write lock without waiting; whatever happens, the connection's
+    busy timeout (which the writer thread's waits rely on) is what it was."""
+    import time
+
+    from gateway.store.sqlite import _begin_at_once, _connect
+
+    path = str(tmp_path / "b.db")
+    conn = _connect(path, "FULL", 5.0)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        started = time.perf_counter()
+        assert _begin_at_once(conn, 5000) is False
+        assert time.perf_counter() - started < 0.5  # not the 5 s busy timeout
+        assert not conn.in_transaction
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        other.execute("COMMIT")
+        assert _begin_at_once(conn, 5000) is True
+        assert conn.in_transaction
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        conn.execute("ROLLBACK")
+    finally:
+        other.close()
+        conn.close()
