@@ -62,6 +62,10 @@ _DELIVERY_COLS = " ".join(_Q["delivery_columns"].split())
 Q = {k: v.replace("{job_columns}", _JOB_COLS) for k, v in _Q.items()}
 
 _MAX_BATCH = 512
+# A write carrying more text than this (a job's messages, verdicts and webhook bodies) runs with its
+# batch on the writer thread: copying that much into pages would stall the event loop for
+# milliseconds, where other clients' requests wait.
+_LONG_WRITE_CHARS = 64 * 1024
 
 # CPython's sqlite3 binds int, float, str and bytearray directly, but sends None and bytes through
 # its adapter lookup, which builds and throws away two AttributeErrors per parameter (`__adapt__`,
@@ -69,6 +73,16 @@ _MAX_BATCH = 512
 # that lookup first. Neither type is one whose registration slows every other type's binding.
 sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))  # {}.get(None) is None
 sqlite3.register_adapter(bytes, bytes)  # bytes(b) is b for bytes
+
+
+def _text_size(changes: JobChanges, deliveries: Sequence[NewDelivery] = ()) -> int:
+    """Roughly how much text a transition writes: enough to tell a long write from a short one."""
+    size = len(changes.input_text or "") + len(changes.output_text or "")
+    for verdict in (changes.inbound, changes.outbound):
+        if verdict is not None:
+            message = verdict.get("message")
+            size += 2 * len(message) if isinstance(message, str) else 0
+    return size + sum(len(d.body) for d in deliveries)
 
 
 def _delivery_args(
@@ -517,7 +531,9 @@ class SqliteStore:
                 c.execute(Q["insert_delivery"], _delivery_args(d, job.id, now, claim_for, lease))
             return created, True
 
-        return await self._write(op)
+        size = sum(len(v) for v in args.values() if isinstance(v, str | bytes))
+        size += sum(len(d.body) for d in deliveries)
+        return await self._write(op, long=size > _LONG_WRITE_CHARS)
 
     async def get_job(self, tenant_id: str, job_id: str) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
@@ -627,7 +643,8 @@ class SqliteStore:
                 deliveries=deliveries,
                 claim_for=claim_for,
                 lease=lease,
-            )
+            ),
+            long=_text_size(changes, deliveries) > _LONG_WRITE_CHARS,
         )
 
     async def submit_response(
@@ -659,7 +676,7 @@ class SqliteStore:
             row = c.execute(Q["get_job"], {"id": job_id, "tenant_id": tenant_id}).fetchone()
             return CasResult(ok, None if row is None else _with_summaries(c, [row])[0])
 
-        return await self._write(op)
+        return await self._write(op, long=len(output_text) > _LONG_WRITE_CHARS)
 
     async def cancel_job(self, tenant_id: str, job_id: str, *, now: float) -> CasResult:
         def op(c: sqlite3.Connection) -> CasResult:

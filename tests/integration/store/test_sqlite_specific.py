@@ -3,6 +3,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from gateway.store.sqlfile import load_migrations
 from gateway.store.sqlite import SqliteStore, _split_sql
 
@@ -225,3 +227,42 @@ def test_begin_at_once_never_waits_and_keeps_the_busy_timeout(tmp_path: Path) ->
     finally:
         other.close()
         conn.close()
+
+
+async def test_writes_carrying_large_texts_run_on_the_writer_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short writes run their statements on the event loop; a job with 100k-character messages
+    is copied into pages on the writer thread instead, so other clients' requests do not wait on
+    it (`tests/hostile/test_huge_input.py` measures that from outside)."""
+    import threading
+    import time
+
+    import gateway.store.sqlite as sqlite_store
+    from gateway import ids
+    from gateway.jobs import Mode
+    from gateway.store.base import NewJob
+
+    ran_on: list[str] = []
+    real = sqlite_store._run_ops
+
+    def spy(conn: sqlite3.Connection, fns: list) -> list | None:  # type: ignore[type-arg]
+        ran_on.append(threading.current_thread().name)
+        return real(conn, fns)
+
+    monkeypatch.setattr(sqlite_store, "_run_ops", spy)
+    store = SqliteStore(f"sqlite:///{tmp_path}/big.db")
+    await store.open()
+    try:
+        now = time.time()
+        for i, text in enumerate(("short", "lorem ipsum dolor sit amet " * 4000)):
+            job = NewJob(
+                ids.job_id(now + i), "t", Mode.COMBINED, "default", text, text,
+                None, None, None, {}, now, now + 60,
+            )  # fmt: skip
+            await store.create_job(job, claim_for=None, lease=30, idempotency_ttl=60)
+            assert (await store.get_job("t", job.id)) is not None
+    finally:
+        await store.close()
+    assert ran_on[0] == threading.main_thread().name
+    assert ran_on[1].startswith("sqlite-writer")
