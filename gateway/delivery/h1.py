@@ -41,26 +41,20 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from ipaddress import ip_address
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 from urllib.parse import quote, urlsplit
 
 import httptools
 from aiohttp.abc import AbstractResolver
-from aiohttp.resolver import ThreadedResolver
 
-from gateway.delivery.retry import parse_retry_after
 from gateway.delivery.sender import (
     REFUSED,
     AttemptResult,
-    Transport,
+    HttpTransport,
     _failure,
     _static_refusal,
-    classify_status,
 )
-from gateway.delivery.ssrf import GuardedResolver, UrlRefused
-
-if TYPE_CHECKING:
-    from gateway.settings import Settings
+from gateway.delivery.ssrf import UrlRefused
 
 _DNS_CACHE_SECONDS: Final = 10.0
 _KEEPALIVE_SECONDS: Final = 15.0
@@ -272,7 +266,7 @@ def _expire(waiter: asyncio.Future[Any]) -> None:
         waiter.set_exception(TimeoutError())
 
 
-class H1Transport(Transport):
+class H1Transport(HttpTransport):
     """Webhook attempts over pooled HTTP/1.1 keep-alive connections (see the module docstring)."""
 
     def __init__(
@@ -289,18 +283,17 @@ class H1Transport(Transport):
         keepalive_seconds: float = _KEEPALIVE_SECONDS,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self.timeout_seconds = timeout_seconds
-        self.connect_timeout_seconds = connect_timeout_seconds
-        self.max_connections = max_connections
-        self.max_per_host = max_per_host
-        self.body_cap = body_cap
-        self.allow_private_networks = allow_private_networks
-        self.max_retry_after_seconds = max_retry_after_seconds
-        self.keepalive_seconds = keepalive_seconds
-        inner = resolver if resolver is not None else ThreadedResolver()
-        self._resolver: AbstractResolver = (
-            inner if allow_private_networks else GuardedResolver(allow_private=False, inner=inner)
+        super().__init__(
+            timeout_seconds,
+            connect_timeout_seconds,
+            max_connections,
+            max_per_host,
+            body_cap,
+            allow_private_networks,
+            max_retry_after_seconds=max_retry_after_seconds,
         )
+        self.keepalive_seconds = keepalive_seconds
+        self._resolver = self._guarded(resolver)
         self._ssl = ssl_context
         self._origins: dict[tuple[str, str, int], _Origin] = {}
         self._open = 0
@@ -308,18 +301,6 @@ class H1Transport(Transport):
         self._dns: dict[tuple[str, int], tuple[float, list[tuple[str, int]]]] = {}
         self._reaper: asyncio.TimerHandle | None = None
         self._closed = False
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> H1Transport:
-        return cls(
-            timeout_seconds=settings.webhook_timeout_seconds,
-            connect_timeout_seconds=settings.webhook_connect_timeout_seconds,
-            max_connections=settings.webhook_max_concurrency,
-            max_per_host=settings.webhook_max_per_host,
-            body_cap=settings.webhook_response_body_cap,
-            allow_private_networks=settings.webhook_allow_private_networks,
-            max_retry_after_seconds=settings.webhook_max_retry_after_seconds,
-        )
 
     # -- the attempt ------------------------------------------------------------------------
 
@@ -362,15 +343,7 @@ class H1Transport(Transport):
             return _failure(f"protocol_error: {exc}", started)
         except OSError as exc:
             return _failure(f"connect_error: {type(exc).__name__}: {exc}", started)
-        duration_ms = (time.perf_counter() - started) * 1000.0
-        outcome, error = classify_status(status)
-        retry_after: float | None = None
-        if retry_after_header is not None and status in (429, 503):
-            retry_after = parse_retry_after(retry_after_header, time.time())
-            if retry_after is not None and self.max_retry_after_seconds is not None:
-                retry_after = min(retry_after, self.max_retry_after_seconds)
-        text = excerpt.decode("utf-8", errors="replace") if excerpt else ""
-        return AttemptResult(status, error, duration_ms, retry_after, text, outcome)
+        return self._answered(status, retry_after_header, excerpt, started)
 
     async def _exchange(
         self, loop: asyncio.AbstractEventLoop, target: _Target, data: bytes, deadline: float, fresh: bool
@@ -508,9 +481,7 @@ class H1Transport(Transport):
             return cached[1]
         try:
             results = await self._resolver.resolve(host, port, socket.AF_UNSPEC)
-        except UrlRefused:
-            raise
-        except OSError as exc:
+        except OSError as exc:  # a refusal (UrlRefused) is not one: it passes through
             raise _DnsError(exc.strerror or str(exc) or type(exc).__name__) from exc
         addresses = [(r["host"], r["family"]) for r in results]
         if not addresses:

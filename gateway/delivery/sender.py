@@ -16,7 +16,7 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, Self
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -76,6 +76,26 @@ def classify_status(status: int) -> tuple[str, str | None]:
     return RETRY, f"http_{status}"
 
 
+def _answered(
+    status: int,
+    retry_after_header: str | None,
+    excerpt: bytes,
+    duration_ms: float,
+    max_retry_after_seconds: float | None,
+    now: float | None = None,
+) -> AttemptResult:
+    """The result of an attempt the receiver answered: `retry_after_header` as sent (it counts on
+    429 and 503 only, capped), `excerpt` the part of the body that was kept."""
+    outcome, error = classify_status(status)
+    retry_after: float | None = None
+    if retry_after_header is not None and status in (429, 503):
+        retry_after = parse_retry_after(retry_after_header, time.time() if now is None else now)
+        if retry_after is not None and max_retry_after_seconds is not None:
+            retry_after = min(retry_after, max_retry_after_seconds)
+    text = excerpt.decode("utf-8", errors="replace") if excerpt else ""
+    return AttemptResult(status, error, duration_ms, retry_after, text, outcome)
+
+
 def result_from_response(
     status: int,
     headers: Mapping[str, str],
@@ -86,18 +106,14 @@ def result_from_response(
     max_retry_after_seconds: float | None = None,
     now: float | None = None,
 ) -> AttemptResult:
-    """Build the result for a response that arrived (shared by the real and the mock transport)."""
-    outcome, error = classify_status(status)
-    retry_after: float | None = None
+    """Build the result for a response that arrived (for the mock transport)."""
+    value = None
     if status in (429, 503):
         value = headers.get("Retry-After")
         if value is None:
             value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
-        retry_after = parse_retry_after(value, time.time() if now is None else now)
-        if retry_after is not None and max_retry_after_seconds is not None:
-            retry_after = min(retry_after, max_retry_after_seconds)
-    excerpt = body[:body_cap].decode("utf-8", errors="replace") if body_cap > 0 else ""
-    return AttemptResult(status, error, duration_ms, retry_after, excerpt, outcome)
+    excerpt = body[:body_cap] if body_cap > 0 else b""
+    return _answered(status, value, excerpt, duration_ms, max_retry_after_seconds, now)
 
 
 def _failure(error: str, started: float, outcome: str = RETRY) -> AttemptResult:
@@ -127,7 +143,55 @@ def _os_reason(exc: aiohttp.ClientConnectorError) -> str:
     return f"{exc.host}:{exc.port}: {reason}"
 
 
-class AiohttpTransport(Transport):
+class HttpTransport(Transport):
+    """What the real transports share: their limits, built from the settings; the SSRF-guarded
+    resolver; and the result of an attempt the receiver answered."""
+
+    def __init__(
+        self,
+        timeout_seconds: float = 15.0,
+        connect_timeout_seconds: float = 5.0,
+        max_connections: int = 512,
+        max_per_host: int = 64,
+        body_cap: int = 4096,
+        allow_private_networks: bool = False,
+        *,
+        max_retry_after_seconds: float | None = None,
+    ) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.max_connections = max_connections
+        self.max_per_host = max_per_host
+        self.body_cap = body_cap
+        self.allow_private_networks = allow_private_networks
+        self.max_retry_after_seconds = max_retry_after_seconds
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(
+            timeout_seconds=settings.webhook_timeout_seconds,
+            connect_timeout_seconds=settings.webhook_connect_timeout_seconds,
+            max_connections=settings.webhook_max_concurrency,
+            max_per_host=settings.webhook_max_per_host,
+            body_cap=settings.webhook_response_body_cap,
+            allow_private_networks=settings.webhook_allow_private_networks,
+            max_retry_after_seconds=settings.webhook_max_retry_after_seconds,
+        )
+
+    def _guarded(self, resolver: AbstractResolver | None) -> AbstractResolver:
+        """`resolver` (threaded getaddrinfo by default), refusing forbidden addresses unless
+        private networks are allowed: connections go to exactly the addresses it returns."""
+        inner = resolver if resolver is not None else ThreadedResolver()
+        return inner if self.allow_private_networks else GuardedResolver(allow_private=False, inner=inner)
+
+    def _answered(
+        self, status: int, retry_after_header: str | None, excerpt: bytes, started: float
+    ) -> AttemptResult:
+        duration_ms = (time.perf_counter() - started) * 1000.0
+        return _answered(status, retry_after_header, excerpt, duration_ms, self.max_retry_after_seconds)
+
+
+class AiohttpTransport(HttpTransport):
     """Webhook attempts over one shared `aiohttp.ClientSession`.
 
     * One session per transport, created lazily inside the running loop, so connections are pooled
@@ -154,36 +218,23 @@ class AiohttpTransport(Transport):
         max_retry_after_seconds: float | None = None,
         resolver: AbstractResolver | None = None,
     ) -> None:
-        self.timeout_seconds = timeout_seconds
-        self.connect_timeout_seconds = connect_timeout_seconds
-        self.max_connections = max_connections
-        self.max_per_host = max_per_host
-        self.body_cap = body_cap
-        self.allow_private_networks = allow_private_networks
-        self.max_retry_after_seconds = max_retry_after_seconds
+        super().__init__(
+            timeout_seconds,
+            connect_timeout_seconds,
+            max_connections,
+            max_per_host,
+            body_cap,
+            allow_private_networks,
+            max_retry_after_seconds=max_retry_after_seconds,
+        )
         self._inner_resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(
             total=timeout_seconds, connect=connect_timeout_seconds, sock_connect=connect_timeout_seconds
         )
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AiohttpTransport:
-        return cls(
-            timeout_seconds=settings.webhook_timeout_seconds,
-            connect_timeout_seconds=settings.webhook_connect_timeout_seconds,
-            max_connections=settings.webhook_max_concurrency,
-            max_per_host=settings.webhook_max_per_host,
-            body_cap=settings.webhook_response_body_cap,
-            allow_private_networks=settings.webhook_allow_private_networks,
-            max_retry_after_seconds=settings.webhook_max_retry_after_seconds,
-        )
-
     def _open(self) -> aiohttp.ClientSession:
-        inner = self._inner_resolver if self._inner_resolver is not None else ThreadedResolver()
-        resolver: AbstractResolver = (
-            inner if self.allow_private_networks else GuardedResolver(allow_private=False, inner=inner)
-        )
+        resolver = self._guarded(self._inner_resolver)
         connector = aiohttp.TCPConnector(
             limit=self.max_connections,
             limit_per_host=self.max_per_host,
@@ -240,15 +291,7 @@ class AiohttpTransport(Transport):
             return _failure(f"protocol_error: {type(exc).__name__}", started)
         except (aiohttp.ClientError, OSError) as exc:
             return _failure(f"connect_error: {type(exc).__name__}: {exc}", started)
-        duration_ms = (time.perf_counter() - started) * 1000.0
-        outcome, error = classify_status(status)
-        retry_after: float | None = None
-        if retry_after_header is not None:
-            retry_after = parse_retry_after(retry_after_header, time.time())
-            if retry_after is not None and self.max_retry_after_seconds is not None:
-                retry_after = min(retry_after, self.max_retry_after_seconds)
-        excerpt = data.decode("utf-8", errors="replace") if data else ""
-        return AttemptResult(status, error, duration_ms, retry_after, excerpt, outcome)
+        return self._answered(status, retry_after_header, data, started)
 
     async def _read_capped(self, content: aiohttp.StreamReader) -> bytes:
         """Read at most `body_cap` bytes; a longer body is left unread and its connection dropped."""
@@ -335,6 +378,7 @@ __all__ = [
     "SUCCESS",
     "AiohttpTransport",
     "AttemptResult",
+    "HttpTransport",
     "MockRequest",
     "MockTransport",
     "Transport",
