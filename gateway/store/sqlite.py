@@ -381,17 +381,15 @@ class SqliteStore:
             self._drainer = loop.create_task(self._drain())
         return await fut
 
-    async def _run_batch(
-        self, fns: Sequence[Callable[[sqlite3.Connection], Any]], on_thread: bool = False
-    ) -> list[Any]:
+    async def _run_batch(self, fns: Sequence[Op], on_thread: bool = False) -> list[Any]:
         """Run every operation in one transaction (one commit, one fsync for the whole batch).
 
         The transaction's two waits happen on the writer thread: `BEGIN IMMEDIATE` when another
         process holds the write lock (it is tried here first, without waiting: in one process the
         lock is always free, and a thread hop costs the batch a turn of the busy event loop) and
-        `COMMIT` (the fsync). The operations themselves run here,
-        on the event loop: inside an immediate transaction they never wait for a lock, and they are
-        mostly Python (binding arguments, building results). On the writer thread that Python work
+        `COMMIT` (the fsync). The operations themselves run here, on the event loop: inside an
+        immediate transaction they never wait for a lock, and they are mostly Python (binding
+        arguments, building results). On the writer thread that Python work
         fought the event loop for the GIL statement by statement, and every hand-off went both
         ways (`bench/e2e_throughput.py`: see the README's figures).
 
@@ -428,7 +426,7 @@ class SqliteStore:
                 results = await self._run_batch(fns, on_thread=any(long for _, _, long in batch))
             except sqlite3.Error as exc:
                 err = StoreError(f"database write failed: {exc}")
-                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                     # Writes queued while this batch waited out the busy timeout would each wait
                     # it out again: fail them now too, so every caller gets its 503 promptly.
                     batch, self._pending = batch + self._pending, []
@@ -490,6 +488,8 @@ class SqliteStore:
     ) -> tuple[Job, bool]:
         now = job.created_at
         start = initial_state(job, filtered, now=now, claim_for=claim_for, lease=lease)
+        inbound = None if start.inbound is None else to_json(start.inbound)
+        outbound = None if start.outbound is None else to_json(start.outbound)
         args = {
             "id": job.id,
             "tenant_id": job.tenant_id,
@@ -498,8 +498,8 @@ class SqliteStore:
             "policy": job.policy,
             "input_text": start.input_text,
             "output_text": start.output_text,
-            "inbound": None if start.inbound is None else to_json(start.inbound),
-            "outbound": None if start.outbound is None else to_json(start.outbound),
+            "inbound": inbound,
+            "outbound": outbound,
             "webhook_url": job.webhook_url,
             "secret_enc": job.secret_enc,
             "signing_key_enc": job.signing_key_enc,
@@ -531,8 +531,8 @@ class SqliteStore:
                 c.execute(Q["insert_delivery"], _delivery_args(d, job.id, now, claim_for, lease))
             return created, True
 
-        size = sum(len(v) for v in args.values() if isinstance(v, str | bytes))
-        size += sum(len(d.body) for d in deliveries)
+        texts = (start.input_text, start.output_text, inbound, outbound)
+        size = sum(len(t or "") for t in texts) + sum(len(d.body) for d in deliveries)
         return await self._write(op, long=size > _LONG_WRITE_CHARS)
 
     async def get_job(self, tenant_id: str, job_id: str) -> Job | None:
