@@ -5,6 +5,10 @@ client sending an endless header line could make the process buffer gigabytes. T
 the head's bytes as they arrive and answers 431 (in the API's error envelope) and closes the
 connection once they pass `max_head_bytes`, before the parser has buffered more than that.
 
+A request the HTTP parser refuses (a control byte in a header, a broken request line, a bad
+Content-Length) gets a 400 in the API's error envelope too, where uvicorn answers in plain text: a
+client's error handling reads one shape, whatever layer refused it.
+
 uvicorn writes a response's head and its body with two transport writes: two syscalls, two TCP
 segments and, often, two wake-ups of the client. `_OneWrite` holds the head until the body follows
 (in the same event-loop turn for every response this API makes) and writes them together.
@@ -54,22 +58,32 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         self._head_bytes = 0
 
     def _refuse_head(self) -> None:
-        body = orjson.dumps(
-            {
-                "error": {
-                    "code": "request_header_fields_too_large",
-                    "message": f"the request line and headers are larger than {self.max_head_bytes} bytes",
-                    "details": [{"field": "headers", "problem": f"larger than {self.max_head_bytes} bytes"}],
-                }
-            }
+        self._head_open = False
+        self._refuse(
+            b"431 Request Header Fields Too Large",
+            "request_header_fields_too_large",
+            f"the request line and headers are larger than {self.max_head_bytes} bytes",
+            [{"field": "headers", "problem": f"larger than {self.max_head_bytes} bytes"}],
         )
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn calls this when the parser refuses the bytes; same status, our envelope."""
+        self._refuse(
+            b"400 Bad Request",
+            "invalid_argument",
+            "the request is not valid HTTP/1.1 (request line, headers or framing)",
+            [{"field": "request", "problem": "not valid HTTP/1.1"}],
+        )
+
+    def _refuse(self, status: bytes, code: str, message: str, details: list[dict[str, str]]) -> None:
+        """Answer in the error envelope and close: the connection's framing can no longer be trusted."""
+        body = orjson.dumps({"error": {"code": code, "message": message, "details": details}})
         head = (
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"HTTP/1.1 " + status + b"\r\n"
             b"content-type: application/json\r\n"
             b"connection: close\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\n\r\n"
         )
-        self._head_open = False
         if not self.transport.is_closing():
             self.transport.write(head + body)
             self.transport.close()

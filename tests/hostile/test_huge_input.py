@@ -234,6 +234,29 @@ def test_bad_content_length_is_a_clear_4xx(server: Server) -> None:
         assert status is not None and 400 <= status < 500, (declared, raw[:300])
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n",
+        b"GET /he\x00althz HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"NOT-HTTP\r\n\r\n",
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello",
+    ],
+    ids=["control-byte-in-header", "nul-in-path", "no-request-line", "two-content-lengths"],
+)
+def test_requests_the_parser_refuses_get_the_error_envelope(server: Server, request_bytes: bytes) -> None:
+    """Not uvicorn's plain-text 400: the same JSON envelope as every other error, and the connection
+    closed (its framing cannot be trusted). The server keeps serving."""
+    raw = _raw(server, request_bytes)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert _status_of(raw) == 400, raw[:300]
+    assert b"content-type: application/json" in head.lower()
+    assert b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_argument" and error["message"] and error["details"]
+    assert _status_of(_raw(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 200
+
+
 def test_expect_100_continue_then_pipelined_requests_on_one_connection(server: Server) -> None:
     """The server writes each response's head and body together (gateway/http_protocol.py); an
     interim `100 Continue` must still go out at once, and pipelined responses come back whole, in order."""
