@@ -853,8 +853,8 @@ def _gates() -> tuple[Any, Any, list[int], list[int]]:
             ascii_owner.append(idx)
         if not sig.pattern.isascii():
             other.append(idx)
-    gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode())
-    return gate, anchor_set(ascii_parts), ascii_owner, other
+    gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode(), view=True)
+    return gate, anchor_set(ascii_parts, view=True), ascii_owner, other
 
 
 _GATE, _SET, _SET_OWNER, _OTHER_SCRIPTS = _gates()
@@ -876,7 +876,8 @@ _SHAPE_GATE = compile_re2(
     rb"[A-Za-z0-9+/_\-]{24,}={0,2}|[A-Za-z0-9+/]{16,23}==?"
     rb"|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
     rb"|(?:[A-Za-z][ .\-_*]{1,3}){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
-    rb"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: "
+    rb"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: ",
+    view=True,
 )
 _KIND_TESTS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("rot", re.compile(rb"(?i:rot-?\s?13|caesar|cipher)\Z")),
