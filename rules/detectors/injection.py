@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import ahocorasick
+
 from rules.detectors._atoms import fold, folded_atoms
 from rules.detectors.base import (
     Doc,
@@ -902,6 +904,24 @@ _PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECAS
 _OTHER_ATOMS = {idx: folded_atoms(_SIGS[idx].pattern) for idx in _OTHER_SCRIPTS}
 
 
+def _atom_owners(atoms: dict[int, tuple[str, ...] | None]) -> Any:
+    """An Aho-Corasick automaton of the signatures' atoms whose value for an atom is the
+    signatures that have it: one walk over a window lists every signature with an atom in it
+    (a substring test per atom and signature cost more than the searches it saved)."""
+    owners: dict[str, list[int]] = {}
+    for idx, found in atoms.items():
+        for atom in found or ():
+            owners.setdefault(atom, []).append(idx)
+    automaton = ahocorasick.Automaton()
+    for atom, idxs in owners.items():
+        automaton.add_word(atom, tuple(idxs))
+    automaton.make_automaton()
+    return automaton
+
+
+_OTHER_ATOM_OWNERS = _atom_owners(_OTHER_ATOMS)
+
+
 class InjectionDetector:
     """Scores prompt-injection signals; see the module docstring.
 
@@ -1053,9 +1073,11 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
                 continue
             lo, hi = max(starts[i], s - 100), min(ends[i], s + 200)
             window = fold(text[lo:hi])
+            held = None  # the signatures with one of their atoms in the window; None: try them all
+            if window is not None:
+                held = {k for _, owners in _OTHER_ATOM_OWNERS.iter(window) for k in owners}
             for idx in _OTHER_SCRIPTS:
-                atoms = _OTHER_ATOMS[idx]
-                if window is not None and atoms is not None and not any(a in window for a in atoms):
+                if held is not None and idx not in held and _OTHER_ATOMS[idx] is not None:
                     continue  # no word this signature cannot match without is in the window
                 sig = _SIGS[idx]
                 for m in _PY[idx].finditer(text, lo, hi):
