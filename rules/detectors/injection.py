@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import ahocorasick
+
 from rules.detectors._atoms import fold, folded_atoms
 from rules.detectors.base import (
     Doc,
@@ -853,8 +855,8 @@ def _gates() -> tuple[Any, Any, list[int], list[int]]:
             ascii_owner.append(idx)
         if not sig.pattern.isascii():
             other.append(idx)
-    gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode())
-    return gate, anchor_set(ascii_parts), ascii_owner, other
+    gate = compile_re2("|".join(f"(?:{p})" for p in ascii_parts).encode(), view=True)
+    return gate, anchor_set(ascii_parts, view=True), ascii_owner, other
 
 
 _GATE, _SET, _SET_OWNER, _OTHER_SCRIPTS = _gates()
@@ -876,7 +878,8 @@ _SHAPE_GATE = compile_re2(
     rb"[A-Za-z0-9+/_\-]{24,}={0,2}|[A-Za-z0-9+/]{16,23}==?"
     rb"|(?:[0-9A-Fa-f]{2}[ :]?){12,}|(?:[.\-]{1,7} +(?:/ +)?){7,}"
     rb"|(?:[A-Za-z][ .\-_*]{1,3}){5,}[A-Za-z]|(?i:(?:[a-z]+ay[\s,.?!]+){4,}|rot-?\s?13|caesar|cipher)"
-    rb"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: "
+    rb"|Q: [^\n]*A: [^\n]*Q: [^\n]*A: [^\n]*Q: ",
+    view=True,
 )
 _KIND_TESTS: tuple[tuple[str, re.Pattern[bytes]], ...] = (
     ("rot", re.compile(rb"(?i:rot-?\s?13|caesar|cipher)\Z")),
@@ -899,6 +902,24 @@ def _shape_kind(chunk: bytes) -> str:
 _PY = tuple(re.compile(s.pattern, re.MULTILINE | (0 if s.cased else re.IGNORECASE)) for s in _SIGS)
 #: For the signatures searched around other-script key words: their required words (see `_atoms`).
 _OTHER_ATOMS = {idx: folded_atoms(_SIGS[idx].pattern) for idx in _OTHER_SCRIPTS}
+
+
+def _atom_owners(atoms: dict[int, tuple[str, ...] | None]) -> Any:
+    """An Aho-Corasick automaton of the signatures' atoms whose value for an atom is the
+    signatures that have it: one walk over a window lists every signature with an atom in it
+    (a substring test per atom and signature cost more than the searches it saved)."""
+    owners: dict[str, list[int]] = {}
+    for idx, found in atoms.items():
+        for atom in found or ():
+            owners.setdefault(atom, []).append(idx)
+    automaton = ahocorasick.Automaton()
+    for atom, idxs in owners.items():
+        automaton.add_word(atom, tuple(idxs))
+    automaton.make_automaton()
+    return automaton
+
+
+_OTHER_ATOM_OWNERS = _atom_owners(_OTHER_ATOMS)
 
 
 class InjectionDetector:
@@ -1052,9 +1073,11 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
                 continue
             lo, hi = max(starts[i], s - 100), min(ends[i], s + 200)
             window = fold(text[lo:hi])
+            held = None  # the signatures with one of their atoms in the window; None: try them all
+            if window is not None:
+                held = {k for _, owners in _OTHER_ATOM_OWNERS.iter(window) for k in owners}
             for idx in _OTHER_SCRIPTS:
-                atoms = _OTHER_ATOMS[idx]
-                if window is not None and atoms is not None and not any(a in window for a in atoms):
+                if held is not None and idx not in held and _OTHER_ATOMS[idx] is not None:
                     continue  # no word this signature cannot match without is in the window
                 sig = _SIGS[idx]
                 for m in _PY[idx].finditer(text, lo, hi):

@@ -41,7 +41,7 @@ DEFAULT_PHONE_REGIONS: tuple[str, ...] = ("US", "GB", "DE", "FR", "IN", "CA", "B
 
 # --- patterns ------------------------------------------------------------------------------------
 
-# One RE2 pass over the UTF-8 bytes finds every candidate shape; Python validates each. RE2 has
+# One RE2 pass over the ASCII view finds every candidate shape; Python validates each. RE2 has
 # no look-around, so the boundary checks the shapes need are done on the candidate afterwards.
 _CANDIDATES = compile_re2(
     rb"(?:@)"
@@ -49,6 +49,7 @@ _CANDIDATES = compile_re2(
     rb"|(?:[A-Za-z]{2}\d{2}(?:[ ]?[A-Za-z0-9]{4}){2,8}(?:[ ]?[A-Za-z0-9]{1,4})?)"
     rb"|(?:(?:\+|\()?\d(?:[ .\-/()]{0,2}\d){6,}\)?(?:[ ]?(?:[xX]|ext\.?|extension)[ ]?\d{1,6})?)"
     rb"|(?:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]*)",
+    view=True,
 )
 
 #: The local part: the run of these characters (at most 64) that ends at the "@". Matched on the

@@ -533,10 +533,10 @@ RULES: tuple[RuleInfo, ...] = tuple(
 )
 
 _ANCHORS = [(s.anchor or s.pattern).replace("(?P<v>", "(?:") for s in _SPECS]
-_GATE = compile_re2("|".join(f"(?:{a})" for a in _ANCHORS).encode())
+_GATE = compile_re2("|".join(f"(?:{a})" for a in _ANCHORS).encode(), view=True)
 #: At a gate hit, which rules' anchors match there (several may: "token" is both a generic
 #: keyword and part of "_authToken").
-_AT = anchor_set(_ANCHORS)
+_AT = anchor_set(_ANCHORS, view=True)
 _PY = tuple(re.compile(s.pattern) for s in _SPECS)
 #: For rules whose token may start before the anchor: every start from `back` before it, in order,
 #: in one match call (group 1 is the token; the rule's own groups keep their names).

@@ -116,6 +116,19 @@ def test_other_script_signatures_find_the_same_with_and_without_atoms(texts: lis
         injection._OTHER_ATOMS.update(saved)
 
 
+_ATOM_PIECES = sorted({a for atoms in injection._OTHER_ATOMS.values() for a in atoms or ()})
+
+
+@SETTINGS
+@given(st.lists(st.one_of(st.sampled_from(_ATOM_PIECES), st.text(max_size=4)), max_size=8).map("".join))
+def test_one_automaton_walk_lists_the_signatures_with_an_atom_in_the_window(window: str) -> None:
+    walked = {k for _, idxs in injection._OTHER_ATOM_OWNERS.iter(window) for k in idxs}
+    tested = {
+        idx for idx, atoms in injection._OTHER_ATOMS.items() if atoms and any(a in window for a in atoms)
+    }
+    assert walked == tested
+
+
 def test_without_cases_table_there_is_no_folding(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_atoms, "_TABLES", None)
     assert fold("abc") is None and folded_atoms("abc") is None

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rules import CompiledPolicy, compile_policy, load_policy_file
-from rules.detectors import pii
+from rules.detectors import injection, pii, secrets
+from rules.detectors.base import anchor_set, compile_re2, spans
 from rules.engine import RuleSet
 
 # Words the phone-label patterns know, glued and spaced in every way, with non-ASCII letters
@@ -147,3 +150,47 @@ def test_resolving_overlaps_keeps_what_the_full_ranking_keeps(
 def test_adjacent_entities_are_both_redacted() -> None:
     verdict = _POLICY.scan("a@example.com 4111 1111 1111 1111", "inbound")
     assert verdict.message == "[EMAIL_ADDRESS] [CREDIT_CARD]"
+
+
+# Patterns that only run on ASCII input (`Doc.view`) are compiled for Latin-1, a smaller program
+# than UTF-8 mode builds: on ASCII input both must find the same spans.
+_VIEW_PATTERNS = {
+    "injection gate": injection._GATE,
+    "injection shapes": injection._SHAPE_GATE,
+    "secrets gate": secrets._GATE,
+    "pii candidates": pii._CANDIDATES,
+}
+_ASCII_PIECES = st.sampled_from(
+    ["ignore", "all previous", "instructions", "Ignore ALL prior rules", "SYSTEM:", "ask", "kelvin",
+     "password is", "api_key=", "AKIAIOSFODNN7EXAMPLE", "jane@example.com", "+1 415 555 0132",
+     "dGhpcyBpcyBhIHNlY3JldCBtZXNzYWdl", "? ", "?", " ", "\n", "\x00", ".", "-", "'s", "k", "s", "K", "S"]
+)  # fmt: skip
+_ASCII_TEXTS = st.lists(_ASCII_PIECES, max_size=24).map("".join) | st.text(
+    st.characters(max_codepoint=127), max_size=200
+)
+
+
+@pytest.mark.parametrize("name", sorted(_VIEW_PATTERNS))
+@settings(max_examples=200, deadline=None)
+@given(text=_ASCII_TEXTS)
+def test_view_patterns_match_as_their_utf8_compilation_does(name: str, text: str) -> None:
+    compiled = _VIEW_PATTERNS[name]
+    utf8 = re2.compile(compiled.pattern, _utf8_options())
+    data = text.encode("ascii")
+    assert list(spans(compiled, data)) == list(spans(utf8, data))
+
+
+def _utf8_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    options.max_mem = 64 << 20
+    return options
+
+
+def test_view_patterns_must_be_ascii() -> None:
+    with pytest.raises(ValueError, match="ASCII"):
+        compile_re2("téléphone".encode(), view=True)
+    with pytest.raises(ValueError, match="ASCII"):
+        anchor_set(["tel", "téléphone"], view=True)
+    assert compile_re2(b"tel", view=True).search(b"call tel")
