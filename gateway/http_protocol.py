@@ -22,6 +22,8 @@ from typing import Any
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from gateway.api.errors import Details, envelope, field_problem
+
 DEFAULT_MAX_HEAD_BYTES = 64 * 1024
 _HEAD_END = b"\r\n\r\n"
 
@@ -63,7 +65,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             b"431 Request Header Fields Too Large",
             "request_header_fields_too_large",
             f"the request line and headers are larger than {self.max_head_bytes} bytes",
-            [{"field": "headers", "problem": f"larger than {self.max_head_bytes} bytes"}],
+            [field_problem("headers", f"larger than {self.max_head_bytes} bytes")],
         )
 
     def send_400_response(self, msg: str) -> None:
@@ -72,12 +74,12 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             b"400 Bad Request",
             "invalid_argument",
             "the request is not valid HTTP/1.1 (request line, headers or framing)",
-            [{"field": "request", "problem": "not valid HTTP/1.1"}],
+            [field_problem("request", "not valid HTTP/1.1")],
         )
 
-    def _refuse(self, status: bytes, code: str, message: str, details: list[dict[str, str]]) -> None:
+    def _refuse(self, status: bytes, code: str, message: str, details: Details) -> None:
         """Answer in the error envelope and close: the connection's framing can no longer be trusted."""
-        body = orjson.dumps({"error": {"code": code, "message": message, "details": details}})
+        body = orjson.dumps(envelope(code, message, details))
         head = (
             b"HTTP/1.1 " + status + b"\r\n"
             b"content-type: application/json\r\n"
