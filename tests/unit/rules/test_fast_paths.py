@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,6 +158,8 @@ _VIEW_PATTERNS = {
     "secrets gate": secrets._GATE,
     "pii candidates": pii._CANDIDATES,
 }
+# the same patterns as every other one is compiled (UTF-8 mode), once for all examples
+_UTF8_PATTERNS = {name: compile_re2(p.pattern) for name, p in _VIEW_PATTERNS.items()}
 _ASCII_PIECES = st.sampled_from(
     ["ignore", "all previous", "instructions", "Ignore ALL prior rules", "SYSTEM:", "ask", "kelvin",
      "password is", "api_key=", "AKIAIOSFODNN7EXAMPLE", "jane@example.com", "+1 415 555 0132",
@@ -174,18 +174,8 @@ _ASCII_TEXTS = st.lists(_ASCII_PIECES, max_size=24).map("".join) | st.text(
 @settings(max_examples=200, deadline=None)
 @given(text=_ASCII_TEXTS)
 def test_view_patterns_match_as_their_utf8_compilation_does(name: str, text: str) -> None:
-    compiled = _VIEW_PATTERNS[name]
-    utf8 = re2.compile(compiled.pattern, _utf8_options())
     data = text.encode("ascii")
-    assert list(spans(compiled, data)) == list(spans(utf8, data))
-
-
-def _utf8_options() -> Any:
-    options = re2.Options()
-    options.log_errors = False
-    options.never_capture = True
-    options.max_mem = 64 << 20
-    return options
+    assert list(spans(_VIEW_PATTERNS[name], data)) == list(spans(_UTF8_PATTERNS[name], data))
 
 
 def test_view_patterns_must_be_ascii() -> None:
