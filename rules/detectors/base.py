@@ -89,17 +89,21 @@ class Doc:
         "text",
     )
 
-    def __init__(self, texts: Sequence[str]) -> None:
+    def __init__(self, texts: Sequence[str], _utf8: bytes | None = None) -> None:
         segments = list(texts)
         text = segments[0] if len(segments) == 1 else SEPARATOR.join(segments)
         self.ascii: bool = text.isascii()
-        self._data: bytes | None = None
-        if not self.ascii:
-            try:
-                self._data = text.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates somewhere: clean only the texts that have them
-                segments = [clean_text(t) for t in segments]
-                text = segments[0] if len(segments) == 1 else SEPARATOR.join(segments)
+        self._data: bytes | None = _utf8
+        self._nonascii: tuple[Doc, list[int]] | None = None
+        if not self.ascii and _utf8 is None:
+            if len(segments) == 1:
+                try:
+                    self._data = text.encode("utf-8")
+                except UnicodeEncodeError:  # lone surrogates: replaced char for char
+                    text = clean_text(text)
+                    segments = [text]
+            elif self._split_off_nonascii(segments):  # cleaned some lone surrogates
+                text = SEPARATOR.join(segments)
         self.segments: list[str] = segments
         self.text: str = text
         lengths = list(map(len, segments))
@@ -114,7 +118,25 @@ class Doc:
         # quadratic, in the number of matches)
         self._last_char: dict[int, tuple[int, int]] = {}
         self._lower: str | None = None
-        self._nonascii: tuple[Doc, list[int]] | None = None
+
+    def _split_off_nonascii(self, segments: list[str]) -> bool:
+        """A batch with non-ASCII texts: build the sub-document of those texts (`nonascii`) from
+        their own UTF-8, instead of encoding the whole batch, which is mostly ASCII and (with
+        one character outside the BMP anywhere) 4 bytes per character as a `str`. Lone
+        surrogates, which only non-ASCII texts can hold, are replaced in `segments` on the way;
+        True if there were some."""
+        picked = [i for i, t in enumerate(segments) if not t.isascii()]
+        encoded: list[bytes] = []
+        cleaned = False
+        for i in picked:
+            try:
+                encoded.append(segments[i].encode("utf-8"))
+            except UnicodeEncodeError:
+                segments[i] = clean = clean_text(segments[i])
+                encoded.append(clean.encode("utf-8"))
+                cleaned = True
+        self._nonascii = (Doc([segments[i] for i in picked], _SEP_BYTES.join(encoded)), picked)
+        return cleaned
 
     @classmethod
     def single(cls, text: str) -> Doc:
@@ -147,11 +169,8 @@ class Doc:
         if self._nonascii is None:
             if self.ascii:
                 self._nonascii = (Doc([""]), [])
-            elif len(self.segments) == 1:
-                self._nonascii = (self, [0])
-            else:
-                picked = [i for i, t in enumerate(self.segments) if not t.isascii()]
-                self._nonascii = (Doc([self.segments[i] for i in picked]), picked)
+            else:  # one text (a batch's sub-document is built with it)
+                self._nonascii = (self, list(range(len(self.segments))))
         return self._nonascii
 
     @property
@@ -162,7 +181,10 @@ class Doc:
         (digits, keys, tokens) can run on it with no offset conversion at all.
         """
         if self._view is None:
-            self._view = self.text.encode("ascii", errors="replace")
+            if self.ascii or len(self.segments) == 1:
+                self._view = self.text.encode("ascii", errors="replace")
+            else:  # text by text: most are ASCII, copied as they are, not 4 bytes per character
+                self._view = _SEP_BYTES.join([t.encode("ascii", "replace") for t in self.segments])
         return self._view
 
     @property

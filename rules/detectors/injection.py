@@ -1025,6 +1025,7 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
     text is skipped, and once a text's verdict is settled its remaining signatures are not tried.
     """
     view = doc.view
+    in_place = memoryview(view)  # the set reads its windows in place: no copy per hit
     text = doc.text
     starts, ends = doc.starts, doc.ends
     pos = 0
@@ -1046,7 +1047,7 @@ def _anchored(doc: Doc, skip: set[int], out: list[Finding], evidence: _Ledger | 
         if i in skip:
             pos = max(pos, ends[i] + 1)
             continue
-        matched = _SET.Match(view[s : s + _SET_REACH])
+        matched = _SET.Match(in_place[s : s + _SET_REACH])
         if not matched:
             continue
         seg_end = ends[i]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rules import CompiledPolicy, compile_policy, load_policy_file
 from rules.detectors import injection, pii, secrets
-from rules.detectors.base import anchor_set, compile_re2, spans
+from rules.detectors.base import SEPARATOR, Doc, anchor_set, clean_text, compile_re2, spans
 from rules.engine import RuleSet
 
 # Words the phone-label patterns know, glued and spaced in every way, with non-ASCII letters
@@ -184,3 +184,36 @@ def test_view_patterns_must_be_ascii() -> None:
     with pytest.raises(ValueError, match="ASCII"):
         anchor_set(["tel", "téléphone"], view=True)
     assert compile_re2(b"tel", view=True).search(b"call tel")
+
+
+# -- a batch's byte views, built text by text --------------------------------------------------------
+
+_BATCH_TEXTS = st.lists(
+    st.lists(
+        st.sampled_from(["plain", "é", "\U0001f600", "\ud800", "\udfff", "ß", " ", "\n", "?", "\x00"]),
+        max_size=6,
+    ).map("".join)
+    | st.text(max_size=12),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_BATCH_TEXTS)
+def test_batch_views_are_the_encodings_of_the_joined_text(texts: list[str]) -> None:
+    """`Doc` encodes a batch text by text (the ASCII view, the UTF-8 of the non-ASCII texts):
+    the same bytes as encoding the cleaned, joined text as a whole."""
+    doc = Doc(texts)
+    cleaned = [clean_text(t) for t in texts]
+    assert doc.segments == cleaned
+    assert doc.text == SEPARATOR.join(cleaned)
+    assert doc.view == doc.text.encode("ascii", "replace")
+    assert doc.data == doc.text.encode("utf-8")
+    sub, picked = doc.nonascii()
+    assert picked == [i for i, t in enumerate(cleaned) if not t.isascii()]
+    if picked:
+        assert sub.segments == [cleaned[i] for i in picked]
+        assert sub.data == SEPARATOR.join(sub.segments).encode("utf-8")
+        assert sub.view == sub.text.encode("ascii", "replace")
+        assert [sub.char(sub.byte_start(j)) for j in range(len(picked))] == sub.starts
