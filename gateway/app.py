@@ -12,6 +12,7 @@ from gateway.clock import Clock
 from gateway.crypto import SecretBox, load_secret_key
 from gateway.gctune import tune_for_serving
 from gateway.metrics import Metrics
+from gateway.offload import Offload
 from gateway.policies import PolicyRegistry
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -27,14 +28,18 @@ async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Ru
     key = load_secret_key(
         settings.secret_key.get_secret_value() if settings.secret_key else None, settings.var_dir
     )
+    offload = Offload()
+    offload.start()
     runtime = Runtime(
         settings=settings,
         store=store,
         clock=clock or Clock(),
         box=SecretBox(key),
-        policies=PolicyRegistry(store, settings.policy_dir),
+        policies=PolicyRegistry(store, settings.policy_dir, offload),
         metrics=Metrics(),
+        offload=offload,
     )
+    await runtime.policies.warm()
     runtime.started_at = runtime.clock.now()
     return runtime
 

@@ -238,7 +238,7 @@ class Pipeline:
 
     async def _scan(self, policy: CompiledPolicy | None, text: str | None, direction: str) -> dict[str, Any]:
         if text is not None and len(text) > _BIG_TEXT:
-            return await asyncio.to_thread(plan.scan, policy, text, direction, self.rt.metrics)
+            return await self.rt.offload.run(plan.scan, policy, text, direction, self.rt.metrics)
         return plan.scan(policy, text, direction, self.rt.metrics)
 
     async def _process_job(self, job: Job) -> None:

@@ -10,6 +10,7 @@ from gateway.clock import Clock
 from gateway.crypto import SecretBox, hash_api_key
 from gateway.jobs import TERMINAL
 from gateway.metrics import Metrics
+from gateway.offload import Offload
 from gateway.policies import PolicyRegistry
 from gateway.settings import Settings
 from gateway.store.base import FilterOutcome, Job, Store
@@ -29,6 +30,7 @@ class Runtime:
     box: SecretBox
     policies: PolicyRegistry
     metrics: Metrics
+    offload: Offload
     pipeline: Pipeline | None = None
     sweeper: Sweeper | None = None
     started_at: float = field(default=0.0)
@@ -83,3 +85,4 @@ class Runtime:
         if self.pipeline is not None:
             await self.pipeline.stop()
         await self.store.close()
+        self.offload.close()

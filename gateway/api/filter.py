@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -34,14 +33,15 @@ async def filter_text(request: Request) -> Response:
     problems.raise_if_any()
     assert text is not None and isinstance(direction, str)
 
-    compiled = await runtime_of(request).policies.get(tenant, policy_name)
+    runtime = runtime_of(request)
+    compiled = await runtime.policies.get(tenant, policy_name)
     if compiled is None:
         raise invalid(
             f"unknown policy {policy_name!r}",
             [{"field": "policy", "problem": f"unknown policy {policy_name!r}"}],
         )
     if len(text) > THREAD_THRESHOLD:
-        verdict = await anyio.to_thread.run_sync(compiled.scan, text, direction)
+        verdict = await runtime.offload.run(compiled.scan, text, direction)
     else:
         verdict = compiled.scan(text, direction)
     return JSONResponse(verdict.to_dict())

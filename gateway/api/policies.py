@@ -11,7 +11,6 @@ import re
 import tomllib
 from typing import Any
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -98,8 +97,7 @@ async def put_policy(request: Request) -> Response:
     source = await _read_source(request)
     runtime = runtime_of(request)
     try:
-        # Compiling builds every matcher of the policy: off the event loop, it is pure work.
-        await anyio.to_thread.run_sync(runtime.policies.validate, name, source)
+        compiled = await runtime.policies.compile(name, source)
     except PolicyError as exc:
         errors = list(exc.errors)
         first = errors[0] if errors else {"rule": "", "problem": str(exc)}
@@ -107,7 +105,7 @@ async def put_policy(request: Request) -> Response:
         raise invalid(f"the policy is invalid: {where}{first['problem']}", errors) from None
     now = runtime.clock.now()
     await runtime.store.put_policy(tenant, name, source, now)
-    runtime.policies.forget(tenant, name)
+    runtime.policies.remember(tenant, name, compiled, now)
     return JSONResponse({"name": name, "source": "tenant", "updated_at": rfc3339(now), "policy": source})
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
-from tests.integration.api.conftest import Tenant, assert_error
+from gateway import policies as policies_module
+from tests.integration.api.conftest import Gateway, Tenant, assert_error
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -147,3 +149,28 @@ async def test_bad_policy_names(tenant: Tenant, name: str) -> None:
     assert error["details"][0]["field"] == "name"
     assert_error(await tenant.http.get(f"/v1/policies/{name}"), 404, "not_found")
     assert_error(await tenant.http.delete(f"/v1/policies/{name}"), 404, "not_found")
+
+
+async def test_tenant_policies_are_compiled_off_the_event_loop_and_once_per_put(
+    gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiling a policy takes tens of milliseconds: on the loop it would stall every request of
+    every tenant meanwhile. The put's compile is the one the next scan uses."""
+    loop_thread = threading.get_ident()
+    compiled_on: list[int] = []
+    real = policies_module.compile_policy
+
+    def spy(source: Any, name: str = "default") -> Any:
+        compiled_on.append(threading.get_ident())
+        return real(source, name)
+
+    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    assert (await tenant.http.put("/v1/policies/acme-once", json=ACME)).status_code == 200
+    assert (await scan(tenant, "globex is cheaper", "acme-once"))["verdict"] == "blocked"
+    assert (await scan(tenant, "card " + CARD, "acme-once"))["verdict"] == "redacted"
+    assert len(compiled_on) == 1 and loop_thread not in compiled_on
+
+    # Written by another instance (straight into the store): compiled on first use, off the loop.
+    await gw.store.put_policy(tenant.name, "acme-elsewhere", ACME, gw.runtime.clock.now())
+    assert (await scan(tenant, "globex is cheaper", "acme-elsewhere"))["verdict"] == "blocked"
+    assert len(compiled_on) == 2 and loop_thread not in compiled_on

@@ -110,10 +110,10 @@ def test_signing_is_fast() -> None:
     body = BODY * 15  # ~1 KB
     webhook_headers(MSG_ID, 1, body, secret)
     n = 5000
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU: a busy CI machine must not fail it
     for i in range(n):
         webhook_headers(MSG_ID, i, body, secret)
-    per_call = (time.perf_counter() - started) / n
+    per_call = (time.thread_time() - started) / n
     assert per_call < 50e-6, f"{per_call * 1e6:.1f} µs per signature"
 
 

@@ -178,3 +178,20 @@ def test_a_single_finding_is_decided_like_several() -> None:
         assert len(findings) == 1, text
         # the general path: a second, identical finding is merged away again
         assert rules._decide(text, findings) == rules._decide(text, findings * 2), text
+
+
+def test_the_warm_up_sample_reaches_every_pack(default_policy: CompiledPolicy) -> None:
+    """`warm()` is only worth its start-up time if its sample runs each detector's real work:
+    every PII type, secrets, the injection scorer and the invisible-character pack."""
+    from rules.engine import _WARM_UP
+
+    found = {
+        (m.category, m.type or m.rule)
+        for text in _WARM_UP
+        for m in default_policy.scan(text, "inbound").matches
+    }
+    for pii_type in ("EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "US_SSN", "IP_ADDRESS"):
+        assert ("pii", pii_type) in found
+    assert {c for c, _ in found} >= {"pii", "secrets", "prompt_injection", "unicode"}
+    assert any(not text.isascii() for text in _WARM_UP)
+    default_policy.warm()  # and it runs without raising, in both directions

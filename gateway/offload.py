@@ -1,0 +1,43 @@
+"""The threads that run rule-engine work too big for the event loop: scans of large texts and
+policy compiles (tenant policies put through the API or read back from the store).
+
+One pool per process, its threads started before the process serves: starting a thread while
+others hold the GIL made the event loop wait for it (`ThreadPoolExecutor` starts threads on
+demand and waits until each runs), and anyio's thread helper imports its backend on first use,
+on the loop. As many threads as CPUs: RE2 releases the GIL, so two scans use two cores, while
+more threads would only queue for the GIL in front of the event loop between their C calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Offload:
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="engine")
+        self._started = False
+
+    def start(self) -> None:
+        """Start every thread now (each waits on a barrier until all are running)."""
+        if self._started:
+            return
+        barrier = threading.Barrier(self.threads)
+        for future in [self._pool.submit(barrier.wait) for _ in range(self.threads)]:
+            future.result()
+        self._started = True
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        """Stop the threads once the work they hold is done (queued work still runs)."""
+        self._pool.shutdown(wait=True)
