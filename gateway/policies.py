@@ -7,6 +7,7 @@ threads, never on the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,9 @@ class PolicyRegistry:
         self._ttl = ttl
         # (tenant, name) -> (checked_at, updated_at or None, compiled or None)
         self._cache: dict[tuple[str, str], tuple[float, float | None, CompiledPolicy | None]] = {}
+        # (tenant, name, updated_at) -> the compile under way: a burst of requests right after a
+        # change waits for one compile instead of queueing one each
+        self._compiling: dict[tuple[str, str, float], asyncio.Future[CompiledPolicy | None]] = {}
 
     @property
     def file_policies(self) -> Mapping[str, CompiledPolicy]:
@@ -50,15 +54,38 @@ class PolicyRegistry:
         if record is None:
             self._cache[key] = (now, None, None)
             return self._files.get(name)
+        hit = self._cache.get(key)  # another request may have compiled it while we read the store
         if hit is not None and hit[1] == record.updated_at and hit[2] is not None:
-            compiled = hit[2]
+            compiled: CompiledPolicy | None = hit[2]
+            self._cache[key] = (now, record.updated_at, compiled)
         else:
-            try:
-                compiled = await self.compile(name, record.source)
-            except PolicyError:  # stored before a rule change made it invalid: fall back, never crash
-                compiled = None
-        self._cache[key] = (now, record.updated_at, compiled)
+            compiled = await self._compile_once(tenant_id, name, record.updated_at, record.source)
         return compiled or self._files.get(name)
+
+    async def _compile_once(
+        self, tenant_id: str, name: str, updated_at: float, source: Mapping[str, Any]
+    ) -> CompiledPolicy | None:
+        key = (tenant_id, name, updated_at)
+        future = self._compiling.get(key)
+        if future is None:
+            future = asyncio.ensure_future(self._compile_stored(tenant_id, name, updated_at, source))
+            self._compiling[key] = future
+            future.add_done_callback(lambda _: self._compiling.pop(key, None))
+        return await asyncio.shield(future)  # one waiter giving up does not cancel the others' compile
+
+    async def _compile_stored(
+        self, tenant_id: str, name: str, updated_at: float, source: Mapping[str, Any]
+    ) -> CompiledPolicy | None:
+        try:
+            compiled: CompiledPolicy | None = await self.compile(name, source)
+        except PolicyError:  # stored before a rule change made it invalid: fall back, never crash
+            compiled = None
+        # Cached before the compile counts as done, so no request reading the store meanwhile
+        # starts another; unless a newer put got there first.
+        latest = self._cache.get((tenant_id, name))
+        if latest is None or latest[1] is None or latest[1] <= updated_at:
+            self._cache[(tenant_id, name)] = (time.monotonic(), updated_at, compiled)
+        return compiled
 
     def remember(self, tenant_id: str, name: str, compiled: CompiledPolicy, updated_at: float) -> None:
         """`compiled` was just stored as the tenant's policy `name` at `updated_at`: use it from now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -174,3 +175,20 @@ async def test_tenant_policies_are_compiled_off_the_event_loop_and_once_per_put(
     await gw.store.put_policy(tenant.name, "acme-elsewhere", ACME, gw.runtime.clock.now())
     assert (await scan(tenant, "globex is cheaper", "acme-elsewhere"))["verdict"] == "blocked"
     assert len(compiled_on) == 2 and loop_thread not in compiled_on
+
+
+async def test_a_burst_after_a_policy_change_waits_for_one_compile(
+    gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiles: list[str] = []
+    real = policies_module.compile_policy
+
+    def spy(source: Any, name: str = "default") -> Any:
+        compiles.append(name)
+        return real(source, name)
+
+    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    await gw.store.put_policy(tenant.name, "acme-burst", ACME, gw.runtime.clock.now())
+    verdicts = await asyncio.gather(*(scan(tenant, "globex, again", "acme-burst") for _ in range(20)))
+    assert [v["verdict"] for v in verdicts] == ["blocked"] * 20
+    assert compiles == ["acme-burst"], len(compiles)
