@@ -4,7 +4,7 @@ Both targets get the same load (the same job bodies, posted by the same client a
 concurrency) and deliver to the same receiver process. We measure jobs/s from the first create to
 the last webhook received, and the create latency percentiles under that load.
 
-    .venv/bin/python bench/e2e_throughput.py [--jobs 4000] [--concurrency 64]
+    .venv/bin/python bench/e2e_throughput.py [--jobs 4000] [--concurrency 64] [--rounds 3]
 
 Loopback only; every loop is bounded in count and time.
 """
@@ -235,6 +235,7 @@ async def main() -> int:
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--sqlite-synchronous", default="FULL")
     ap.add_argument("--split", action="store_true", help="API and workers in two processes")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating relay/gateway pairs (median shown)")
     ap.add_argument("--open-seconds", type=float, default=4.0, help="length of the fixed-rate phase")
     args = ap.parse_args()
 
@@ -254,12 +255,20 @@ async def main() -> int:
         # warm both up (imports, connection pools, SQLite pages), then measure
         await run_load([relay], receiver, args.warmup, args.concurrency, args.timeout)
         await run_load([gw], receiver, args.warmup, args.concurrency, args.timeout)
-        ceiling = await measured(
-            [relay_proc.proc.pid or 0], run_load([relay], receiver, args.jobs, args.concurrency, args.timeout)
-        )
-        ours = await measured(
-            [p.pid for p in gateway], run_load([gw], receiver, args.jobs, args.concurrency, args.timeout)
-        )
+        # Relay and gateway alternate, `--rounds` times: this machine's speed drifts by ±15% within
+        # minutes, so one pair can land on either side of the goal; the median pair is reported.
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for _ in range(args.rounds):
+            relay_run = await measured(
+                [relay_proc.proc.pid or 0],
+                run_load([relay], receiver, args.jobs, args.concurrency, args.timeout),
+            )
+            gateway_run = await measured(
+                [p.pid for p in gateway], run_load([gw], receiver, args.jobs, args.concurrency, args.timeout)
+            )
+            pairs.append((relay_run, gateway_run))
+        pairs.sort(key=lambda pair: pair[1]["jobs_per_s"] / max(pair[0]["jobs_per_s"], 1e-9))
+        ceiling, ours = pairs[len(pairs) // 2]
         half = 0.5 * ceiling["jobs_per_s"]
         steady = await run_open_loop(gw, receiver, half, args.open_seconds, args.timeout)
         # the same fixed rate on the relay: the latency floor of this load generator and machine
@@ -290,6 +299,9 @@ async def main() -> int:
     print(row("relay ceiling", ceiling))
     print(row("gateway", ours))
     ratio = ours["jobs_per_s"] / ceiling["jobs_per_s"] if ceiling["jobs_per_s"] else 0.0
+    if len(pairs) > 1:
+        each = ", ".join(f"{g['jobs_per_s'] / max(c['jobs_per_s'], 1e-9):.2f}" for c, g in pairs)
+        print(f"ratio of each of the {len(pairs)} alternating pairs, sorted: {each} (median pair shown)")
     print(f"ratio gateway/ceiling: {ratio:.2f} (goal >= 0.5)")
     if ours["cpu_us_per_job"]:
         print(
@@ -309,7 +321,7 @@ async def main() -> int:
     )
     ok = (
         ratio >= 0.5
-        and ours["delivered"] == args.jobs
+        and all(g["delivered"] == args.jobs for _, g in pairs)
         and steady["p99_ms"] < 25
         and steady["delivered"] == steady["jobs"]
     )
