@@ -19,6 +19,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: Texts longer than this (characters) are scanned on the pool; shorter ones on the event loop,
+#: where a scan costs less than the hop to a thread and back.
+LARGE_TEXT = 64 * 1024
+
 
 class Offload:
     def __init__(self, threads: int | None = None) -> None:
@@ -37,6 +41,12 @@ class Offload:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def scan(self, text: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`, a scan of `text`: on the pool if the text is large, else right here."""
+        if text is not None and len(text) > LARGE_TEXT:
+            return await self.run(fn, *args)
+        return fn(*args)
 
     def close(self) -> None:
         """Stop the threads once the work they hold is done (queued work still runs)."""

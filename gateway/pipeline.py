@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.pipeline")
 
 S = JobStatus
-_BIG_TEXT = 64 * 1024  # filter larger texts in a thread so one huge prompt cannot stall the loop
 _CLAIM_BATCH = 256
 
 
@@ -237,9 +236,7 @@ class Pipeline:
         )
 
     async def _scan(self, policy: CompiledPolicy | None, text: str | None, direction: str) -> dict[str, Any]:
-        if text is not None and len(text) > _BIG_TEXT:
-            return await self.rt.offload.run(plan.scan, policy, text, direction, self.rt.metrics)
-        return plan.scan(policy, text, direction, self.rt.metrics)
+        return await self.rt.offload.scan(text, plan.scan, policy, text, direction, self.rt.metrics)
 
     async def _process_job(self, job: Job) -> None:
         rt = self.rt

@@ -12,8 +12,6 @@ from gateway.api.responses import JSONResponse
 
 DIRECTIONS = ("inbound", "outbound")
 FILTER_FIELDS = frozenset({"direction", "text", "policy"})
-# Above this a scan may take long enough to stall every other request on the event loop.
-THREAD_THRESHOLD = 64 * 1024
 
 
 async def filter_text(request: Request) -> Response:
@@ -40,8 +38,5 @@ async def filter_text(request: Request) -> Response:
             f"unknown policy {policy_name!r}",
             [{"field": "policy", "problem": f"unknown policy {policy_name!r}"}],
         )
-    if len(text) > THREAD_THRESHOLD:
-        verdict = await runtime.offload.run(compiled.scan, text, direction)
-    else:
-        verdict = compiled.scan(text, direction)
+    verdict = await runtime.offload.scan(text, compiled.scan, text, direction)
     return JSONResponse(verdict.to_dict())

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gateway.offload import Offload
+from gateway.offload import LARGE_TEXT, Offload
 
 
 def _engine_threads() -> set[int]:
@@ -59,5 +59,24 @@ def test_two_slow_calls_run_at_once() -> None:
 
     try:
         assert sorted(asyncio.run(main())) == [0, 1]
+    finally:
+        offload.close()
+
+
+def test_scan_takes_large_texts_to_the_pool_and_keeps_small_ones_on_the_loop() -> None:
+    offload = Offload(threads=1)
+    offload.start()
+
+    def where(_text: str | None) -> int:
+        return threading.get_ident()
+
+    async def main() -> tuple[int, list[int]]:
+        texts = ["x" * LARGE_TEXT, None, "x" * (LARGE_TEXT + 1)]
+        return threading.get_ident(), [await offload.scan(t, where, t) for t in texts]
+
+    try:
+        loop_thread, (small, missing, large) = asyncio.run(main())
+        assert small == loop_thread and missing == loop_thread
+        assert large != loop_thread and large in _engine_threads()
     finally:
         offload.close()
