@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     metrics_require_auth: bool = False
     rate_limit_per_second: float = Field(default=0.0, ge=0)  # 0 = off
     rate_limit_burst: int = Field(default=200, ge=1)
+    # Invalid API keys per client address: every invalid key costs a database read (misses are
+    # not cached, so a key created a moment ago works at once); past this budget the address gets
+    # 429 for keys it has not shown valid before, without a read. 0 = off.
+    auth_failure_rate_per_second: float = Field(default=1.0, ge=0)
+    auth_failure_burst: int = Field(default=30, ge=1)
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

@@ -4,6 +4,12 @@ Keys are looked up by their SHA-256 (see `gateway.crypto.hash_api_key`). A hit i
 seconds so the hot path costs no database read; misses are not cached, so a key created a moment
 ago (`gateway keys create`) works at once. The rate limit is a token bucket per key, in memory: it
 protects one instance from one noisy client, it is not a global quota.
+
+Invalid keys have their own budget per client address (`auth_failure_rate_per_second`,
+`auth_failure_burst`): each costs a database read, so a client spraying made-up keys could otherwise
+keep the store busy at no cost to itself. Once an address has spent its budget, a key it has not
+shown valid here before is answered 429 without a read; a key this instance has seen valid is
+still looked up (it may have been revoked), so a valid client behind the same address keeps working.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from gateway.runtime import Runtime
 
 CACHE_TTL_SECONDS = 10.0
 _CACHE_MAX = 10_000
+_FAILURE_ADDRESSES_MAX = 10_000
 _UNAUTHENTICATED_HEADERS = {"WWW-Authenticate": "Bearer"}
 
 
@@ -35,6 +42,7 @@ class AuthState:
 
     cache: dict[str, tuple[str, float]] = field(default_factory=dict)
     buckets: dict[str, _Bucket] = field(default_factory=dict)
+    failures: dict[str, _Bucket] = field(default_factory=dict)  # invalid keys, by client address
 
     def cached(self, digest: str, now: float) -> str | None:
         hit = self.cache.get(digest)
@@ -47,17 +55,45 @@ class AuthState:
             self.cache.clear()  # crude but bounded; refilling costs one read per key
         self.cache[digest] = (tenant, now + CACHE_TTL_SECONDS)
 
+    def known(self, digest: str) -> bool:
+        """Whether this key was valid here recently (its cache entry may have expired since)."""
+        return digest in self.cache
+
     def take(self, digest: str, rate: float, burst: int, now: float) -> float:
         """Take one token; 0.0 when allowed, else the seconds until a token is back."""
-        bucket = self.buckets.get(digest)
+        return _take(self.buckets, digest, rate, burst, now)
+
+    def failure_wait(self, address: str, rate: float, burst: int, now: float) -> float:
+        """0.0 when `address` may try an unknown key, else the seconds until it may again."""
+        bucket = self.failures.get(address)
         if bucket is None:
-            bucket = self.buckets[digest] = _Bucket(tokens=float(burst), updated=now)
-        bucket.tokens = min(float(burst), bucket.tokens + (now - bucket.updated) * rate)
-        bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
             return 0.0
-        return (1.0 - bucket.tokens) / rate
+        tokens = min(float(burst), bucket.tokens + (now - bucket.updated) * rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
+
+    def record_failure(self, address: str, rate: float, burst: int, now: float) -> None:
+        """`address` sent a key the store does not know: one token of its budget is spent."""
+        if address not in self.failures and len(self.failures) >= _FAILURE_ADDRESSES_MAX:
+            # bounded: forget the addresses whose budget is whole again, else start over
+            full = [a for a, b in self.failures.items() if b.tokens + (now - b.updated) * rate >= burst]
+            for a in full:
+                del self.failures[a]
+            if len(self.failures) >= _FAILURE_ADDRESSES_MAX:
+                self.failures.clear()
+        _take(self.failures, address, rate, burst, now)
+
+
+def _take(buckets: dict[str, _Bucket], name: str, rate: float, burst: int, now: float) -> float:
+    """Token bucket: take one token; 0.0 when allowed, else the seconds until a token is back."""
+    bucket = buckets.get(name)
+    if bucket is None:
+        bucket = buckets[name] = _Bucket(tokens=float(burst), updated=now)
+    bucket.tokens = min(float(burst), bucket.tokens + (now - bucket.updated) * rate)
+    bucket.updated = now
+    if bucket.tokens >= 1.0:
+        bucket.tokens -= 1.0
+        return 0.0
+    return (1.0 - bucket.tokens) / rate
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -97,19 +133,36 @@ async def authenticate(request: Request) -> str:
     tenant = state.cached(digest, now)
     runtime = runtime_of(request)
     if tenant is None:
+        settings = runtime.settings
+        failure_rate = settings.auth_failure_rate_per_second
+        # a key seen valid before is always looked up: it may have been revoked since, and its
+        # owner must not be locked out by someone else at the same address
+        guarded = failure_rate > 0 and not state.known(digest)
+        address = request.client.host if request.client is not None else ""
+        if guarded:
+            wait = state.failure_wait(address, failure_rate, settings.auth_failure_burst, now)
+            if wait > 0:
+                raise _rate_limited(wait, "too many invalid API keys from this address")
+        # Only an invalid key spends the budget (not a valid one, nor a store failure): a client
+        # starting with many concurrent requests on a key not yet cached must not trip it.
+        # Concurrent invalid keys can overrun it by the requests in flight when it runs out.
         tenant = await runtime.store.tenant_for_key(digest)
         if tenant is None:
+            state.cache.pop(digest, None)  # revoked: from now on it spends the budget like any other
+            if failure_rate > 0:
+                state.record_failure(address, failure_rate, settings.auth_failure_burst, now)
             raise _unauthenticated("the API key is not valid")
         state.remember(digest, tenant, now)
     rate = runtime.settings.rate_limit_per_second
     if rate > 0:
         wait = state.take(digest, rate, runtime.settings.rate_limit_burst, now)
         if wait > 0:
-            retry_after = max(1, math.ceil(wait))
-            raise ApiError(
-                429,
-                "rate_limited",
-                f"too many requests for this API key; retry in {retry_after} s",
-                headers={"Retry-After": str(retry_after)},
-            )
+            raise _rate_limited(wait, "too many requests for this API key")
     return tenant
+
+
+def _rate_limited(wait: float, why: str) -> ApiError:
+    retry_after = max(1, math.ceil(wait))
+    return ApiError(
+        429, "rate_limited", f"{why}; retry in {retry_after} s", headers={"Retry-After": str(retry_after)}
+    )

@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import httpx
 import pytest
 
+from gateway.crypto import new_api_key
 from gateway.store.base import StoreError
 from tests.integration.api.conftest import BOOTSTRAP_KEY, Gateway, Tenant, assert_error, serve
 
@@ -143,3 +145,120 @@ async def test_rate_limit_per_key(tmp_path: Path) -> None:
                     r.status_code == 200
                     for r in await asyncio.gather(*(anon.get("/healthz") for _ in range(5)))
                 )
+
+
+def _count_key_reads(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every key lookup that reaches the store."""
+    reads: list[str] = []
+    real = gw.store.tenant_for_key
+
+    async def counting(digest: str) -> str | None:
+        reads.append(digest)
+        return await real(digest)
+
+    monkeypatch.setattr(gw.store, "tenant_for_key", counting)
+    return reads
+
+
+async def test_invalid_keys_are_limited_per_address_without_store_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(tmp_path, auth_failure_rate_per_second=2.0, auth_failure_burst=3) as gw:
+        _, key = await gw.new_key()
+        _, fresh_key = await gw.new_key()
+        reads = _count_key_reads(gw, monkeypatch)
+        async with gw.client(key) as valid:
+            assert (await valid.get("/v1/jobs")).status_code == 200  # now known to this instance
+        for _ in range(3):
+            async with gw.client(new_api_key()) as wrong:
+                assert_error(await wrong.get("/v1/jobs"), 401, "unauthenticated")
+        assert len(reads) == 4
+        for _ in range(5):  # the address's budget is spent: refused before any database read
+            async with gw.client(new_api_key()) as wrong:
+                r = await wrong.post("/v1/jobs", json={"message_input": "x"})
+                error = assert_error(r, 429, "rate_limited")
+                assert "invalid API keys" in error["message"]
+                assert int(r.headers["retry-after"]) >= 1
+        assert len(reads) == 4
+
+        # A key this instance has seen valid keeps working from that address, even once its cache
+        # entry has expired (it is looked up again: it may have been revoked meanwhile) ...
+        state = gw.app.state.gateway_auth
+        state.cache = {d: (t, 0.0) for d, (t, _) in state.cache.items()}
+        async with gw.client(key) as valid:
+            assert (await valid.get("/v1/jobs")).status_code == 200
+        assert len(reads) == 5
+        # ... while a valid key never seen here waits like any other unknown key from there.
+        async with gw.client(fresh_key) as unseen:
+            assert_error(await unseen.get("/v1/jobs"), 429, "rate_limited")
+
+        # Another address has its own budget.
+        other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(
+            base_url=gw.base_url, transport=other, headers={"Authorization": f"Bearer {new_api_key()}"}
+        ) as elsewhere:
+            assert_error(await elsewhere.get("/v1/jobs"), 401, "unauthenticated")
+
+        await asyncio.sleep(1.0)  # two tokens back at 2 per second
+        async with gw.client(fresh_key) as unseen:
+            assert (await unseen.get("/v1/jobs")).status_code == 200
+        async with gw.client(new_api_key()) as wrong:
+            assert_error(await wrong.get("/v1/jobs"), 401, "unauthenticated")
+
+
+async def test_revoked_key_loses_its_free_lookups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key seen valid is looked up whatever the budget; once the store says it is not valid
+    (revoked), it is an unknown key again and is refused like one."""
+    async with serve(tmp_path, auth_failure_rate_per_second=0.01, auth_failure_burst=2) as gw:
+        _, key = await gw.new_key()
+        async with gw.client(key) as c:
+            assert (await c.get("/v1/jobs")).status_code == 200
+        state = gw.app.state.gateway_auth
+        state.cache = {d: (t, 0.0) for d, (t, _) in state.cache.items()}
+
+        async def revoked(digest: str) -> None:
+            return None
+
+        monkeypatch.setattr(gw.store, "tenant_for_key", revoked)
+        async with gw.client(key) as c:
+            for code in (401, 401, 429):
+                assert (await c.get("/v1/jobs")).status_code == code
+
+
+async def test_store_failures_do_not_spend_the_invalid_key_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with serve(tmp_path, auth_failure_rate_per_second=0.01, auth_failure_burst=2) as gw:
+        real = gw.store.tenant_for_key
+
+        async def locked(digest: str) -> NoReturn:
+            raise StoreError("database is locked")
+
+        monkeypatch.setattr(gw.store, "tenant_for_key", locked)
+        async with gw.client(new_api_key()) as c:
+            for _ in range(4):
+                assert_error(await c.get("/v1/jobs"), 503, "unavailable")
+        monkeypatch.setattr(gw.store, "tenant_for_key", real)
+        async with gw.client(new_api_key()) as c:
+            for code in (401, 401, 429):
+                assert (await c.get("/v1/jobs")).status_code == code
+
+
+async def test_invalid_key_limit_can_be_switched_off(tmp_path: Path) -> None:
+    async with serve(tmp_path, auth_failure_rate_per_second=0, auth_failure_burst=1) as gw:
+        async with gw.client(new_api_key()) as wrong:
+            codes = {(await wrong.get("/v1/jobs")).status_code for _ in range(10)}
+        assert codes == {401}
+
+
+async def test_a_burst_on_a_valid_key_not_yet_cached_is_not_limited(tmp_path: Path) -> None:
+    """A backend starting with many concurrent requests on its key: every one misses the cache and
+    is looked up, and none of them may count against the address's invalid-key budget."""
+    async with serve(tmp_path, auth_failure_rate_per_second=0.01, auth_failure_burst=3) as gw:
+        _, key = await gw.new_key()
+        async with gw.client(key) as c:
+            codes = [r.status_code for r in await asyncio.gather(*(c.get("/v1/jobs") for _ in range(40)))]
+        assert codes == [200] * 40
+        for code in (401, 401, 401, 429):
+            async with gw.client(new_api_key()) as wrong:
+                assert (await wrong.get("/v1/jobs")).status_code == code
