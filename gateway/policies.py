@@ -54,8 +54,11 @@ class PolicyRegistry:
         if record is None:
             self._cache[key] = (now, None, None)
             return self._files.get(name)
-        hit = self._cache.get(key)  # another request may have compiled it while we read the store
-        if hit is not None and hit[1] == record.updated_at and hit[2] is not None:
+        # The same version as cached: compiled already (by another request while we read the
+        # store, or before the TTL ran out), or known not to compile (stored before a rule change
+        # made it invalid): either way, no compile again.
+        hit = self._cache.get(key)
+        if hit is not None and hit[1] == record.updated_at:
             compiled: CompiledPolicy | None = hit[2]
             self._cache[key] = (now, record.updated_at, compiled)
         else:

@@ -192,3 +192,33 @@ async def test_a_burst_after_a_policy_change_waits_for_one_compile(
     verdicts = await asyncio.gather(*(scan(tenant, "globex, again", "acme-burst") for _ in range(20)))
     assert [v["verdict"] for v in verdicts] == ["blocked"] * 20
     assert compiles == ["acme-burst"], len(compiles)
+
+
+async def test_a_stored_policy_that_no_longer_compiles_is_not_compiled_again_and_again(
+    gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy stored before a rule change made it invalid falls back to the file policy of that
+    name; the failed compile is remembered for that version, not retried on every use."""
+    compiles: list[str] = []
+    real = policies_module.compile_policy
+
+    def spy(source: Any, name: str = "default") -> Any:
+        compiles.append(name)
+        return real(source, name)
+
+    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    monkeypatch.setattr(gw.runtime.policies, "_ttl", 0.0)  # every use reads the store again
+    broken = {"inbound": {"packs": ["no_such_pack"]}, "outbound": {"packs": ["pii"]}}
+    await gw.store.put_policy(tenant.name, "default", broken, gw.runtime.clock.now())
+    try:
+        for _ in range(3):  # the file policy `default` answers: the card is redacted
+            assert (await scan(tenant, "card " + CARD))["verdict"] == "redacted"
+        assert compiles == ["default"], compiles
+
+        # A new version is compiled (once) and used.
+        await gw.store.put_policy(tenant.name, "default", ACME, gw.runtime.clock.now() + 1)
+        for _ in range(2):
+            assert (await scan(tenant, "globex is cheaper"))["verdict"] == "blocked"
+        assert compiles == ["default", "default"], compiles
+    finally:
+        await gw.store.delete_policy(tenant.name, "default")
