@@ -35,6 +35,10 @@ class _Bucket:
     tokens: float
     updated: float
 
+    def level(self, rate: float, burst: int, now: float) -> float:
+        """The tokens there are at `now`: refilled at `rate` per second, up to `burst`."""
+        return min(float(burst), self.tokens + (now - self.updated) * rate)
+
 
 @dataclass
 class AuthState:
@@ -68,14 +72,14 @@ class AuthState:
         bucket = self.failures.get(address)
         if bucket is None:
             return 0.0
-        tokens = min(float(burst), bucket.tokens + (now - bucket.updated) * rate)
+        tokens = bucket.level(rate, burst, now)
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
 
     def record_failure(self, address: str, rate: float, burst: int, now: float) -> None:
         """`address` sent a key the store does not know: one token of its budget is spent."""
         if address not in self.failures and len(self.failures) >= _FAILURE_ADDRESSES_MAX:
             # bounded: forget the addresses whose budget is whole again, else start over
-            full = [a for a, b in self.failures.items() if b.tokens + (now - b.updated) * rate >= burst]
+            full = [a for a, b in self.failures.items() if b.level(rate, burst, now) >= burst]
             for a in full:
                 del self.failures[a]
             if len(self.failures) >= _FAILURE_ADDRESSES_MAX:
@@ -88,7 +92,7 @@ def _take(buckets: dict[str, _Bucket], name: str, rate: float, burst: int, now: 
     bucket = buckets.get(name)
     if bucket is None:
         bucket = buckets[name] = _Bucket(tokens=float(burst), updated=now)
-    bucket.tokens = min(float(burst), bucket.tokens + (now - bucket.updated) * rate)
+    bucket.tokens = bucket.level(rate, burst, now)
     bucket.updated = now
     if bucket.tokens >= 1.0:
         bucket.tokens -= 1.0
