@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -152,20 +153,26 @@ async def test_bad_policy_names(tenant: Tenant, name: str) -> None:
     assert_error(await tenant.http.delete(f"/v1/policies/{name}"), 404, "not_found")
 
 
+def _record_compiles(monkeypatch: pytest.MonkeyPatch, what: Callable[[], Any] | None = None) -> list[Any]:
+    """Spy on the registry's compiles: each appends the policy's name, or `what()` when given."""
+    seen: list[Any] = []
+    real = policies_module.compile_policy
+
+    def spy(source: Any, name: str = "default") -> Any:
+        seen.append(name if what is None else what())
+        return real(source, name)
+
+    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    return seen
+
+
 async def test_tenant_policies_are_compiled_off_the_event_loop_and_once_per_put(
     gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Compiling a policy takes tens of milliseconds: on the loop it would stall every request of
     every tenant meanwhile. The put's compile is the one the next scan uses."""
     loop_thread = threading.get_ident()
-    compiled_on: list[int] = []
-    real = policies_module.compile_policy
-
-    def spy(source: Any, name: str = "default") -> Any:
-        compiled_on.append(threading.get_ident())
-        return real(source, name)
-
-    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    compiled_on = _record_compiles(monkeypatch, threading.get_ident)
     assert (await tenant.http.put("/v1/policies/acme-once", json=ACME)).status_code == 200
     assert (await scan(tenant, "globex is cheaper", "acme-once"))["verdict"] == "blocked"
     assert (await scan(tenant, "card " + CARD, "acme-once"))["verdict"] == "redacted"
@@ -180,14 +187,7 @@ async def test_tenant_policies_are_compiled_off_the_event_loop_and_once_per_put(
 async def test_a_burst_after_a_policy_change_waits_for_one_compile(
     gw: Gateway, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    compiles: list[str] = []
-    real = policies_module.compile_policy
-
-    def spy(source: Any, name: str = "default") -> Any:
-        compiles.append(name)
-        return real(source, name)
-
-    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    compiles = _record_compiles(monkeypatch)
     await gw.store.put_policy(tenant.name, "acme-burst", ACME, gw.runtime.clock.now())
     verdicts = await asyncio.gather(*(scan(tenant, "globex, again", "acme-burst") for _ in range(20)))
     assert [v["verdict"] for v in verdicts] == ["blocked"] * 20
@@ -199,14 +199,7 @@ async def test_a_stored_policy_that_no_longer_compiles_is_not_compiled_again_and
 ) -> None:
     """A policy stored before a rule change made it invalid falls back to the file policy of that
     name; the failed compile is remembered for that version, not retried on every use."""
-    compiles: list[str] = []
-    real = policies_module.compile_policy
-
-    def spy(source: Any, name: str = "default") -> Any:
-        compiles.append(name)
-        return real(source, name)
-
-    monkeypatch.setattr(policies_module, "compile_policy", spy)
+    compiles = _record_compiles(monkeypatch)
     monkeypatch.setattr(gw.runtime.policies, "_ttl", 0.0)  # every use reads the store again
     broken = {"inbound": {"packs": ["no_such_pack"]}, "outbound": {"packs": ["pii"]}}
     await gw.store.put_policy(tenant.name, "default", broken, gw.runtime.clock.now())
