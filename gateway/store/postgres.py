@@ -235,6 +235,17 @@ class _Args:
         return f"${len(self.values)}::{cast}"
 
 
+async def _keep_session(_conn: Any) -> None:
+    """The pool's reset on release, after asyncpg's own (which rolls back a transaction left open).
+
+    asyncpg's default also runs `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`:
+    a round trip per operation (a sixth of the store's time under load, and PostgreSQL parsing four
+    statements). This store leaves nothing for it to undo on a pooled connection: it sets no session
+    settings (search_path and application_name are the connection's own, from its start-up), takes
+    only transaction-scoped advisory locks, opens no cursor outside a transaction and LISTENs on a
+    connection of its own."""
+
+
 class PostgresStore:
     def __init__(
         self,
@@ -284,6 +295,7 @@ class PostgresStore:
                 max_size=self._max_size,
                 command_timeout=self._command_timeout,
                 server_settings=self._server_settings,
+                reset=_keep_session,
             )
         except Exception as exc:
             if _unavailable(exc):
