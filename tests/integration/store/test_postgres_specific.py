@@ -493,7 +493,9 @@ async def test_constraint_violations_stay_exceptions(two: tuple[PostgresStore, P
 
 # ---- the pool ------------------------------------------------------------------------------
 
-async def test_an_operation_is_its_statements_alone_no_session_reset(postgres_url: str, pg_schema: str) -> None:
+async def test_an_operation_is_its_statements_alone_no_session_reset(
+    postgres_url: str, pg_schema: str
+) -> None:
     """Handing a connection back to the pool costs no round trip: asyncpg's default reset (advisory
     unlock, CLOSE ALL, UNLISTEN, RESET ALL) ran after every operation and was a sixth of the store's
     time under load; this store leaves no session state for it to undo."""
