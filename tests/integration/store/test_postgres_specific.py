@@ -493,6 +493,7 @@ async def test_constraint_violations_stay_exceptions(two: tuple[PostgresStore, P
 
 # ---- the pool ------------------------------------------------------------------------------
 
+
 async def test_an_operation_is_its_statements_alone_no_session_reset(
     postgres_url: str, pg_schema: str
 ) -> None:
