@@ -8,6 +8,7 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from gateway.crypto import hash_api_key, new_api_key
 from gateway.gctune import tune_for_serving
@@ -44,6 +45,15 @@ async def _first_run_key(settings: Settings) -> str | None:
         return key
     finally:
         await store.close()
+
+
+def proxy_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for `GATEWAY_TRUSTED_PROXIES`: the client address (used by the budget of
+    invalid API keys) comes from X-Forwarded-For only when the peer is one of these proxies. With
+    none, the peer is the client and the header is ignored."""
+    if not settings.trusted_proxies:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(settings.trusted_proxies)}
 
 
 def _banner(settings: Settings, host: str, port: int, key: str | None) -> str:
@@ -101,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
         timeout_graceful_shutdown=15,
         server_header=False,
-        proxy_headers=False,  # clients are who they are; put a proxy's address rules in front if needed
+        **proxy_options(settings),
     )
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; with the default
     # handler that would end the process as "killed by SIGTERM" (-15) after a clean stop.

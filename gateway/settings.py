@@ -6,6 +6,7 @@ Precedence, highest first: init arguments, environment, `.env`, the config file 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -85,6 +86,9 @@ class Settings(BaseSettings):
     # 429 for keys it has not shown valid before, without a read. 0 = off.
     auth_failure_rate_per_second: float = Field(default=1.0, ge=0)
     auth_failure_burst: int = Field(default=30, ge=1)
+    # Proxies whose X-Forwarded-For names the client (addresses or networks, comma-separated; "*"
+    # trusts any peer). Empty: the peer's own address is the client's, and the header is ignored.
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod
@@ -101,6 +105,19 @@ class Settings(BaseSettings):
         if isinstance(value, int | float):
             return (float(value),)
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _parse_proxies(cls, value: Any) -> Any:
+        parts = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        for part in parts:
+            if part == "*":
+                continue
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{part!r} is not an IP address or network (e.g. 10.0.0.0/8)") from exc
+        return tuple(parts)
 
     @classmethod
     def settings_customise_sources(

@@ -46,3 +46,15 @@ def test_config_file_is_read_and_env_wins(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("GATEWAY_LEASE_SECONDS", "7")
     s = Settings()
     assert s.port == 9999 and s.webhook_retry_schedule == (3.0, 4.0) and s.lease_seconds == 7
+
+
+def test_trusted_proxies_are_addresses_or_networks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Settings().trusted_proxies == ()  # by default nobody's X-Forwarded-For is believed
+    monkeypatch.setenv("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.7,::1")
+    assert Settings().trusted_proxies == ("10.0.0.0/8", "192.0.2.7", "::1")
+    monkeypatch.setenv("GATEWAY_TRUSTED_PROXIES", "*")
+    assert Settings().trusted_proxies == ("*",)
+    monkeypatch.setenv("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal")
+    with pytest.raises(ValidationError, match=r"'proxy\.internal' is not an IP address or network"):
+        Settings()

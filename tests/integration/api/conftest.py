@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 from gateway.app import create_app
 from gateway.crypto import hash_api_key, new_api_key
 from gateway.runtime import Runtime
+from gateway.serve_cli import proxy_options
 from gateway.settings import REPO_ROOT, Settings
 from gateway.store.base import Store
 
@@ -82,8 +83,12 @@ def settings_for(root: Path, **overrides: Any) -> Settings:
 @contextlib.asynccontextmanager
 async def serve(root: Path, **overrides: Any) -> AsyncIterator[Gateway]:
     """Run the app under uvicorn in this event loop (lifespan included) until the block exits."""
-    app = create_app(settings_for(root, **overrides), workers=False)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_config=None, access_log=False)
+    settings = settings_for(root, **overrides)
+    app = create_app(settings, workers=False)
+    options = proxy_options(settings)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan="on", log_config=None, access_log=False, **options
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT

@@ -206,6 +206,36 @@ async def test_invalid_keys_are_limited_per_address_without_store_reads(
             assert_error(await wrong.get("/v1/jobs"), 401, "unauthenticated")
 
 
+async def _wrong_key_from(gw: Gateway, forwarded_for: str | None, *, source: str = "127.0.0.1") -> int:
+    headers = {"Authorization": f"Bearer {new_api_key()}"}
+    if forwarded_for is not None:
+        headers["X-Forwarded-For"] = forwarded_for
+    transport = httpx.AsyncHTTPTransport(local_address=source)
+    async with httpx.AsyncClient(base_url=gw.base_url, transport=transport, headers=headers) as c:
+        return (await c.get("/v1/jobs")).status_code
+
+
+async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(tmp_path: Path) -> None:
+    async with serve(
+        tmp_path, auth_failure_rate_per_second=0.01, auth_failure_burst=2, trusted_proxies="127.0.0.1"
+    ) as gw:
+        assert [await _wrong_key_from(gw, "203.0.113.5") for _ in range(3)] == [401, 401, 429]
+        # another client behind the same proxy is not refused for its neighbour's guesses
+        assert await _wrong_key_from(gw, "203.0.113.6") == 401
+        # the client is the address the trusted proxy saw, not what the client claimed before it
+        assert await _wrong_key_from(gw, "198.51.100.1, 203.0.113.5") == 429
+        # a peer that is not a trusted proxy cannot pick its address with the header
+        assert await _wrong_key_from(gw, "203.0.113.7", source="127.0.0.2") == 401
+        assert await _wrong_key_from(gw, "203.0.113.8", source="127.0.0.2") == 401
+        assert await _wrong_key_from(gw, "203.0.113.9", source="127.0.0.2") == 429
+
+
+async def test_without_trusted_proxies_the_forwarded_header_is_ignored(tmp_path: Path) -> None:
+    async with serve(tmp_path, auth_failure_rate_per_second=0.01, auth_failure_burst=2) as gw:
+        codes = [await _wrong_key_from(gw, f"203.0.113.{i}") for i in range(1, 4)]
+        assert codes == [401, 401, 429]  # one peer, one budget, whatever each request claims
+
+
 async def test_revoked_key_loses_its_free_lookups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key seen valid is looked up whatever the budget; once the store says it is not valid
     (revoked), it is an unknown key again and is refused like one."""
