@@ -23,6 +23,11 @@ from pydantic_settings import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def _comma_separated(value: str) -> list[str]:
+    """The non-empty items of a comma-separated setting, stripped: "5, 30,,120" -> ["5", "30", "120"]."""
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
 def _default_policy_dir() -> Path:
     local = Path("config/policies")
     if local.is_dir():
@@ -94,7 +99,7 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_schedule(cls, value: Any) -> Any:
         if isinstance(value, str):
-            parts = [p.strip() for p in value.split(",") if p.strip()]
+            parts = _comma_separated(value)
             try:
                 out = tuple(float(p) for p in parts)
             except ValueError as exc:
@@ -109,7 +114,7 @@ class Settings(BaseSettings):
     @field_validator("trusted_proxies", mode="before")
     @classmethod
     def _parse_proxies(cls, value: Any) -> Any:
-        parts = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        parts = _comma_separated(value) if isinstance(value, str) else value
         for part in parts:
             if part == "*":
                 continue
