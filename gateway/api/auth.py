@@ -24,6 +24,9 @@ from gateway.api.errors import ApiError
 from gateway.crypto import hash_api_key
 from gateway.runtime import Runtime
 
+#: The budgets' and the cache's clock (seconds, monotonic); tests hold it still.
+_clock = time.monotonic
+
 CACHE_TTL_SECONDS = 10.0
 _CACHE_MAX = 10_000
 _FAILURE_ADDRESSES_MAX = 10_000
@@ -133,7 +136,7 @@ async def authenticate(request: Request) -> str:
     token = bearer_token(request)
     digest = hash_api_key(token)
     state = _state(request)
-    now = time.monotonic()
+    now = _clock()
     tenant = state.cached(digest, now)
     runtime = runtime_of(request)
     if tenant is None:

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
+from gateway.api import auth
 from gateway.crypto import new_api_key
 from gateway.store.base import StoreError
 from tests.integration.api.conftest import BOOTSTRAP_KEY, Gateway, Tenant, assert_error, serve
@@ -163,6 +164,10 @@ def _count_key_reads(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_invalid_keys_are_limited_per_address_without_store_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The budget's clock stands still unless the test moves it: on a slow machine the requests
+    # below can take long enough for a real clock to hand a token back mid-test.
+    now = [1000.0]
+    monkeypatch.setattr(auth, "_clock", lambda: now[0])
     async with serve(tmp_path, auth_failure_rate_per_second=2.0, auth_failure_burst=3) as gw:
         _, key = await gw.new_key()
         _, fresh_key = await gw.new_key()
@@ -199,7 +204,7 @@ async def test_invalid_keys_are_limited_per_address_without_store_reads(
         ) as elsewhere:
             assert_error(await elsewhere.get("/v1/jobs"), 401, "unauthenticated")
 
-        await asyncio.sleep(1.0)  # two tokens back at 2 per second
+        now[0] += 1.0  # two tokens back at 2 per second
         async with gw.client(fresh_key) as unseen:
             assert (await unseen.get("/v1/jobs")).status_code == 200
         async with gw.client(new_api_key()) as wrong:
