@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 
 from gateway.clock import Clock
 from gateway.crypto import SecretBox, load_secret_key
+from gateway.filterproc import FilterProcess
 from gateway.gctune import tune_for_serving
 from gateway.metrics import Metrics
 from gateway.offload import Offload
@@ -28,7 +29,7 @@ async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Ru
     key = load_secret_key(
         settings.secret_key.get_secret_value() if settings.secret_key else None, settings.var_dir
     )
-    offload = Offload()
+    offload = Offload(filter_process=FilterProcess() if settings.use_filter_process else None)
     offload.start()
     runtime = Runtime(
         settings=settings,
@@ -40,6 +41,9 @@ async def build_runtime(settings: Settings, *, clock: Clock | None = None) -> Ru
         offload=offload,
     )
     await runtime.policies.warm()
+    if offload.filter_process is not None:
+        offload.filter_process.preload = list(runtime.policies.file_policies.values())
+        await offload.filter_process.start()
     runtime.started_at = runtime.clock.now()
     return runtime
 

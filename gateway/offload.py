@@ -1,5 +1,6 @@
-"""The threads that run rule-engine work too big for the event loop: scans of large texts and
-policy compiles (tenant policies put through the API or read back from the store).
+"""Where rule-engine work runs: the threads, for work too big for the event loop (scans of large
+texts, policy compiles); the filter process (`gateway.filterproc`), for a job's texts when it is
+running; the event loop itself otherwise.
 
 One pool per process, its threads started before the process serves: starting a thread while
 others hold the GIL made the event loop wait for it (`ThreadPoolExecutor` starts threads on
@@ -13,9 +14,16 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from gateway import plan
+from gateway.filterproc import FilterProcess, FilterUnavailable
+
+if TYPE_CHECKING:
+    from gateway.metrics import Metrics
+    from rules import CompiledPolicy
 
 T = TypeVar("T")
 
@@ -25,8 +33,9 @@ LARGE_TEXT = 64 * 1024
 
 
 class Offload:
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, filter_process: FilterProcess | None = None) -> None:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
+        self.filter_process = filter_process
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="engine")
         self._started = False
 
@@ -47,6 +56,33 @@ class Offload:
         if text is not None and len(text) > LARGE_TEXT:
             return await self.run(fn, *args)
         return fn(*args)
+
+    async def scan_texts(
+        self, policy: CompiledPolicy | None, texts: Sequence[tuple[str | None, str]], metrics: Metrics
+    ) -> list[dict[str, Any]]:
+        """Verdicts for `texts` ((text, direction) pairs, see `plan.texts_to_scan`) in order,
+        stopping after the first blocked one: in the filter process when it can take them, else
+        here (or on the threads, for a large text). The same verdicts either way."""
+        helper = self.filter_process
+        small = [(text, d) for text, d in texts if text is not None and len(text) <= LARGE_TEXT]
+        if helper is not None and policy is not None and len(small) == len(texts):
+            try:
+                results = await helper.scan(policy, small)
+            except FilterUnavailable:
+                pass  # not running, too far behind, or died meanwhile: scanned below instead
+            else:
+                verdicts = []
+                for (verdict, seconds), (_, direction) in zip(results, texts, strict=False):
+                    metrics.filter_seconds.labels(direction).observe(seconds)
+                    verdicts.append(verdict)
+                return verdicts
+        verdicts = []
+        for text, direction in texts:
+            verdict = await self.scan(text, plan.scan, policy, text, direction, metrics)
+            verdicts.append(verdict)
+            if verdict["verdict"] == plan.BLOCKED:
+                break
+        return verdicts
 
     def close(self) -> None:
         """Stop the threads once the work they hold is done (queued work still runs)."""

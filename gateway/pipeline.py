@@ -27,7 +27,6 @@ from gateway.delivery.sender import AiohttpTransport, AttemptResult, Transport
 from gateway.delivery.signing import webhook_headers
 from gateway.jobs import DeliveryState, JobStatus, WebhookEvent
 from gateway.store.base import Attempt, Delivery, FilterOutcome, Job, JobChanges, StoreError
-from rules import CompiledPolicy
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
@@ -235,20 +234,14 @@ class Pipeline:
             self.owner, now=self.rt.clock.now(), lease=self.settings.lease_seconds, limit=limit
         )
 
-    async def _scan(self, policy: CompiledPolicy | None, text: str | None, direction: str) -> dict[str, Any]:
-        return await self.rt.offload.scan(text, plan.scan, policy, text, direction, self.rt.metrics)
-
     async def _process_job(self, job: Job) -> None:
         rt = self.rt
         if job.status not in (S.PROCESSING_INBOUND, S.PROCESSING_OUTBOUND):
             return
         policy = await rt.policies.get(job.tenant_id, job.policy)
-        inbound = job.inbound
-        if job.status is S.PROCESSING_INBOUND:
-            inbound = await self._scan(policy, job.input_text, "inbound")
-        outbound = None
-        if plan.outbound_needed(job.status, job.mode, inbound):
-            outbound = await self._scan(policy, job.output_text, "outbound")
+        texts = plan.texts_to_scan(job.status, job.mode, job.input_text, job.output_text)
+        verdicts = await rt.offload.scan_texts(policy, texts, rt.metrics)
+        inbound, outbound = plan.split_verdicts(job.status, verdicts, job.inbound)
 
         # Store first, then send: a receiver that calls back from its handler (reads the job,
         # posts the response to `job.awaiting_response`) must see the status its webhook announces.

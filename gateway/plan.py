@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from gateway import ids
@@ -57,32 +57,55 @@ def fail_closed(rule: str, message: str) -> dict[str, Any]:
     }
 
 
-def scan(policy: CompiledPolicy | None, text: str | None, direction: str, metrics: Metrics) -> dict[str, Any]:
-    """Filter one text; any failure is a block (fail closed), never an exception."""
+BLOCKED = "blocked"
+
+
+def safe_scan(
+    policy: CompiledPolicy | None, text: str | None, direction: str
+) -> tuple[dict[str, Any], float]:
+    """Filter one text; any failure is a block (fail closed), never an exception. Returns the
+    verdict and the seconds the engine took (the helper process sends both back)."""
     if policy is None:
-        return fail_closed("gateway.policy_unavailable", "the job's policy no longer exists")
+        return fail_closed("gateway.policy_unavailable", "the job's policy no longer exists"), 0.0
     if text is None:
-        return fail_closed("gateway.missing_text", f"no {direction} text to filter")
+        return fail_closed("gateway.missing_text", f"no {direction} text to filter"), 0.0
     started = time.perf_counter()
     try:
-        return policy.scan(text, direction).to_dict()
+        verdict = policy.scan(text, direction).to_dict()
     except Exception:
         log.exception("filter crashed on a %s message", direction)
-        return fail_closed("gateway.filter_error", "the filter failed on this message")
-    finally:
-        metrics.filter_seconds.labels(direction).observe(time.perf_counter() - started)
+        verdict = fail_closed("gateway.filter_error", "the filter failed on this message")
+    return verdict, time.perf_counter() - started
 
 
-def outbound_needed(status: JobStatus, mode: Mode, inbound: Mapping[str, Any] | None) -> bool:
-    """Whether this step filters the answer too: a combined job whose prompt passed, or an answer."""
+def scan(policy: CompiledPolicy | None, text: str | None, direction: str, metrics: Metrics) -> dict[str, Any]:
+    """`safe_scan`, timed into the filter-seconds metric."""
+    verdict, seconds = safe_scan(policy, text, direction)
+    if seconds:
+        metrics.filter_seconds.labels(direction).observe(seconds)
+    return verdict
+
+
+def texts_to_scan(
+    status: JobStatus, mode: Mode, input_text: str | None, output_text: str | None
+) -> list[tuple[str | None, str]]:
+    """What filtering a job in `status` scans, in order, as (text, direction). The scan stops after
+    the first blocked verdict: a combined job's answer is filtered only if its prompt passed."""
     if status is S.PROCESSING_OUTBOUND:
-        return True
-    return (
-        status is S.PROCESSING_INBOUND
-        and mode is Mode.COMBINED
-        and inbound is not None
-        and inbound["verdict"] != "blocked"
-    )
+        return [(output_text, "outbound")]
+    texts: list[tuple[str | None, str]] = [(input_text, "inbound")]
+    if mode is Mode.COMBINED:
+        texts.append((output_text, "outbound"))
+    return texts
+
+
+def split_verdicts(
+    status: JobStatus, verdicts: Sequence[dict[str, Any]], stored_inbound: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(inbound, outbound) for `plan`, from the verdicts of `texts_to_scan`'s texts."""
+    if status is S.PROCESSING_OUTBOUND:
+        return stored_inbound, verdicts[0]
+    return verdicts[0], verdicts[1] if len(verdicts) > 1 else None
 
 
 def plan(
@@ -96,7 +119,7 @@ def plan(
     """The write that follows filtering a job in `status` (processing_inbound or processing_outbound).
 
     `inbound` is the prompt's verdict (fresh when `status` is processing_inbound, else the stored
-    one); `outbound` the answer's, when `outbound_needed` said to filter it."""
+    one); `outbound` the answer's, when `texts_to_scan` had it filtered."""
     path: list[JobStatus] = [status]
     changes: dict[str, Any] = {}
     event: WebhookEvent | None = None
@@ -128,20 +151,3 @@ def plan(
         wid = ids.webhook_id_for(job.id, event.value)
         deliveries = (NewDelivery(wid, event.value, job.webhook_url, body, deadline=job.expires_at),)
     return FilterOutcome(tuple(path), JobChanges(**changes), deliveries)
-
-
-def filter_new_job(
-    job: JobFields,
-    policy: CompiledPolicy,
-    input_text: str,
-    output_text: str | None,
-    *,
-    now: float,
-    metrics: Metrics,
-) -> FilterOutcome:
-    """Filter a job before it is stored (see the module docstring): what the create's write stores."""
-    inbound = scan(policy, input_text, "inbound", metrics)
-    outbound = None
-    if outbound_needed(S.PROCESSING_INBOUND, job.mode, inbound):
-        outbound = scan(policy, output_text, "outbound", metrics)
-    return plan(job, S.PROCESSING_INBOUND, inbound=inbound, outbound=outbound, now=now)

@@ -85,4 +85,6 @@ class Runtime:
         if self.pipeline is not None:
             await self.pipeline.stop()
         await self.store.close()
+        if self.offload.filter_process is not None:
+            await self.offload.filter_process.close()
         self.offload.close()

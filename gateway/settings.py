@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # A job whose texts add up to at most this many characters is filtered inside POST /v1/jobs and
     # stored filtered (one write, no worker claim); larger ones are left to the workers. 0 = never.
     inline_filter_max_chars: int = Field(default=8192, ge=0)
+    # Scan jobs' texts in a helper process (gateway/filterproc.py) rather than on the event loop's
+    # thread; unset: on where there are two CPUs or more.
+    filter_process: bool | None = None
     # Comma-separated seconds in the environment (`5,30,120`), as the contract has it.
     webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = (5, 30, 120, 600, 1800, 3600, 7200)
     webhook_retry_jitter: float = Field(default=0.2, ge=0, le=1)
@@ -94,6 +97,12 @@ class Settings(BaseSettings):
     # Proxies whose X-Forwarded-For names the client (addresses or networks, comma-separated; "*"
     # trusts any peer). Empty: the peer's own address is the client's, and the header is ignored.
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @property
+    def use_filter_process(self) -> bool:
+        if self.filter_process is not None:
+            return self.filter_process
+        return (os.cpu_count() or 1) >= 2
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod

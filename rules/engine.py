@@ -325,11 +325,13 @@ _WARM_UP = (
 class CompiledPolicy:
     """A validated policy, compiled once; `scan` is safe to call from any thread."""
 
-    __slots__ = ("_sets", "description", "name")
+    __slots__ = ("__weakref__", "_sets", "description", "name", "source")
 
-    def __init__(self, spec: PolicySpec) -> None:
+    def __init__(self, spec: PolicySpec, source: Mapping[str, Any] | None = None) -> None:
         self.name = spec.name
         self.description = spec.description
+        #: What it was compiled from (parsed TOML or JSON), so another process can compile the same.
+        self.source = source
         self._sets = {d: RuleSet(spec.rule_sets[d]) for d in DIRECTIONS}
 
     def rule_set(self, direction: str) -> RuleSet:
@@ -364,7 +366,7 @@ class CompiledPolicy:
 
 def compile_policy(data: Mapping[str, Any], name: str = "default") -> CompiledPolicy:
     """Validate and compile a policy (parsed TOML or the same shape from JSON)."""
-    return CompiledPolicy(parse_policy(data, name))
+    return CompiledPolicy(parse_policy(data, name), data)
 
 
 __all__ = ["STRIP", "CompiledPolicy", "Decision", "RuleSet", "compile_policy"]

@@ -228,9 +228,10 @@ async def create_job(request: Request) -> Response:
     if len(req.input_text) + len(req.output_text or "") <= settings.inline_filter_max_chars:
         # Small enough to filter right here: the job is stored filtered, its webhook queued, in the
         # create's one write; no worker has to claim it and write again.
-        filtered = plan.filter_new_job(
-            new, policy, req.input_text, req.output_text, now=now, metrics=runtime.metrics
-        )
+        texts = plan.texts_to_scan(JobStatus.PROCESSING_INBOUND, new.mode, req.input_text, req.output_text)
+        verdicts = await runtime.offload.scan_texts(policy, texts, runtime.metrics)
+        inbound, outbound = plan.split_verdicts(JobStatus.PROCESSING_INBOUND, verdicts, None)
+        filtered = plan.plan(new, JobStatus.PROCESSING_INBOUND, inbound=inbound, outbound=outbound, now=now)
     claim_for = runtime.local_owner
     job, created = await runtime.store.create_job(
         new,

@@ -58,3 +58,18 @@ def test_trusted_proxies_are_addresses_or_networks(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8,proxy.internal")
     with pytest.raises(ValidationError, match=r"'proxy\.internal' is not an IP address or network"):
         Settings()
+
+
+def test_the_filter_process_is_on_where_there_is_a_second_cpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("gateway.settings.os.cpu_count", lambda: 2)
+    assert Settings().use_filter_process
+    monkeypatch.setattr("gateway.settings.os.cpu_count", lambda: 1)
+    assert not Settings().use_filter_process
+    monkeypatch.setenv("GATEWAY_FILTER_PROCESS", "true")
+    assert Settings().use_filter_process  # asked for: on even with one CPU
+    monkeypatch.setenv("GATEWAY_FILTER_PROCESS", "false")
+    monkeypatch.setattr("gateway.settings.os.cpu_count", lambda: 8)
+    assert not Settings().use_filter_process
