@@ -349,7 +349,7 @@ def _best_scan_seconds(text: str) -> float:
     # a linear scan look slow (the bound is about the scan's own work).
     policy = load_policy_file(REPO_ROOT / "config" / "policies" / "default.toml")
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         started = time.thread_time()
         policy.scan(text, "inbound")
         best = min(best, time.thread_time() - started)
@@ -360,7 +360,10 @@ def _best_scan_seconds(text: str) -> float:
 def test_scan_time_grows_linearly_with_many_matches(char: str) -> None:
     small = _best_scan_seconds(("x" + char) * 2_500)
     large = _best_scan_seconds(("x" + char) * 10_000)  # 4x the text: a linear scan takes ~4x the time
-    assert large < 0.1 and large / max(small, 1e-3) < 6, (small, large)
+    # The ratio is the check (a quadratic scan gives 16); the absolute bound only catches a scan
+    # that is slow per match, with room for a slow machine (a day with heavy CPU steal took 0.13 s
+    # here, at ratios of 4.0 to 6.3 between runs).
+    assert large < 0.5 and large / max(small, 1e-3) < 9, (small, large)
 
 
 # ---- many keys, NUL and lone surrogates ---------------------------------------------------------
