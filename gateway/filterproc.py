@@ -17,7 +17,7 @@ they came and writes all the answers of one read together.
 Nothing depends on the helper being there. A scan that cannot go to it (not started yet, dead,
 too far behind, a large text) runs on the event loop as before, and scans in flight when it dies
 are run again there; the helper is then started again. Its verdicts are the engine's own (the same
-`plan.scan` on the same policy source), so where a text is scanned never changes what is decided.
+`plan.scan_chain` on the same policy source), so where a text is scanned never changes what is decided.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from gateway import plan
 from rules import CompiledPolicy, compile_policy
 
 log = logging.getLogger("gateway.filter")
@@ -285,18 +286,6 @@ class FilterProcess(asyncio.Protocol):
 # ---- the helper ---------------------------------------------------------------------------------
 
 
-def _scan(policy: CompiledPolicy, texts: Sequence[tuple[str, str]]) -> list[Result]:
-    from gateway.plan import BLOCKED, safe_scan
-
-    out: list[Result] = []
-    for text, direction in texts:
-        verdict, seconds = safe_scan(policy, text, direction)
-        out.append((verdict, seconds))
-        if verdict["verdict"] == BLOCKED:
-            break
-    return out
-
-
 def _serve(sock: socket.socket) -> None:
     policies: dict[int, CompiledPolicy | str] = {}
     buffer = bytearray()
@@ -312,7 +301,7 @@ def _serve(sock: socket.socket) -> None:
                 _, rid, key, texts = message
                 policy = policies.get(key)
                 if isinstance(policy, CompiledPolicy):
-                    replies.append(_frame(("ok", rid, _scan(policy, texts))))
+                    replies.append(_frame(("ok", rid, plan.scan_chain(policy, texts))))
                 else:
                     replies.append(_frame(("unavailable", rid, policy or "unknown policy")))
             elif kind == "policy":
@@ -337,8 +326,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # closes the socket), so a keyboard interrupt does not kill us mid-scan.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(args[0]))
-    from gateway import plan  # noqa: F401  (imported before "ready": the first scan pays nothing)
-
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)

@@ -12,6 +12,7 @@ more threads would only queue for the GIL in front of the event loop between the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -61,27 +62,24 @@ class Offload:
         self, policy: CompiledPolicy | None, texts: Sequence[tuple[str | None, str]], metrics: Metrics
     ) -> list[dict[str, Any]]:
         """Verdicts for `texts` ((text, direction) pairs, see `plan.texts_to_scan`) in order,
-        stopping after the first blocked one: in the filter process when it can take them, else
-        here (or on the threads, for a large text). The same verdicts either way."""
+        stopping after the first blocked one (`plan.scan_chain`): in the filter process when it can
+        take them, else here (or on the threads, when a text is large). The same verdicts either
+        way."""
         helper = self.filter_process
         small = [(text, d) for text, d in texts if text is not None and len(text) <= LARGE_TEXT]
+        results = None
         if helper is not None and policy is not None and len(small) == len(texts):
-            try:
+            # not running, too far behind, or died meanwhile: scanned below instead
+            with contextlib.suppress(FilterUnavailable):
                 results = await helper.scan(policy, small)
-            except FilterUnavailable:
-                pass  # not running, too far behind, or died meanwhile: scanned below instead
-            else:
-                verdicts = []
-                for (verdict, seconds), (_, direction) in zip(results, texts, strict=False):
-                    metrics.filter_seconds.labels(direction).observe(seconds)
-                    verdicts.append(verdict)
-                return verdicts
+        if results is None:
+            longest = max((text for text, _ in texts if text is not None), key=len, default=None)
+            results = await self.scan(longest, plan.scan_chain, policy, texts)
         verdicts = []
-        for text, direction in texts:
-            verdict = await self.scan(text, plan.scan, policy, text, direction, metrics)
+        for (verdict, seconds), (_, direction) in zip(results, texts, strict=False):
+            if seconds:  # 0.0: failed closed before the engine ran (no policy, no text)
+                metrics.filter_seconds.labels(direction).observe(seconds)
             verdicts.append(verdict)
-            if verdict["verdict"] == plan.BLOCKED:
-                break
         return verdicts
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from gateway import ids
 from gateway.jobs import JobStatus, Mode, WebhookEvent
-from gateway.metrics import Metrics
 from gateway.store.base import FilterOutcome, JobChanges, NewDelivery
 from gateway.webhooks import event_body
 from rules import CompiledPolicy
@@ -78,12 +77,18 @@ def safe_scan(
     return verdict, time.perf_counter() - started
 
 
-def scan(policy: CompiledPolicy | None, text: str | None, direction: str, metrics: Metrics) -> dict[str, Any]:
-    """`safe_scan`, timed into the filter-seconds metric."""
-    verdict, seconds = safe_scan(policy, text, direction)
-    if seconds:
-        metrics.filter_seconds.labels(direction).observe(seconds)
-    return verdict
+def scan_chain(
+    policy: CompiledPolicy | None, texts: Sequence[tuple[str | None, str]]
+) -> list[tuple[dict[str, Any], float]]:
+    """`safe_scan` of each (text, direction) in order, stopping after the first blocked verdict
+    (see `texts_to_scan`): what the filter process and the event loop both run."""
+    out = []
+    for text, direction in texts:
+        verdict, seconds = safe_scan(policy, text, direction)
+        out.append((verdict, seconds))
+        if verdict["verdict"] == BLOCKED:
+            break
+    return out
 
 
 def texts_to_scan(
@@ -126,7 +131,7 @@ def plan(
     if status is S.PROCESSING_INBOUND:
         assert inbound is not None
         changes.update(inbound=inbound, clear_input=True)
-        if inbound["verdict"] == "blocked":
+        if inbound["verdict"] == BLOCKED:
             path.append(S.INBOUND_BLOCKED)
             event = WebhookEvent.INBOUND_BLOCKED
         elif job.mode is Mode.SEPARATE:
@@ -137,7 +142,7 @@ def plan(
     if path[-1] is S.PROCESSING_OUTBOUND:
         assert outbound is not None
         changes.update(outbound=outbound, clear_output=True)
-        if outbound["verdict"] == "blocked":
+        if outbound["verdict"] == BLOCKED:
             path.append(S.OUTBOUND_BLOCKED)
             event = WebhookEvent.OUTBOUND_BLOCKED
         else:

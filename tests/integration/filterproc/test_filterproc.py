@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -69,21 +69,15 @@ async def helper() -> AsyncIterator[FilterProcess]:
         await fp.close()
 
 
-async def until(condition: object, within: float = 15.0) -> None:
+async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
     deadline = time.monotonic() + within
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
 
 
 def on_loop(policy: CompiledPolicy, texts: list[tuple[str, str]]) -> list[dict[str, object]]:
-    out = []
-    for text, direction in texts:
-        verdict, _ = plan.safe_scan(policy, text, direction)
-        out.append(verdict)
-        if verdict["verdict"] == "blocked":
-            break
-    return out
+    return [verdict for verdict, _ in plan.scan_chain(policy, texts)]
 
 
 def tenant_policy(source: dict[str, object] | None = None) -> CompiledPolicy:
