@@ -20,12 +20,13 @@ import asyncio
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.api.errors import Details, envelope, field_problem
 
 DEFAULT_MAX_HEAD_BYTES = 64 * 1024
 _HEAD_END = b"\r\n\r\n"
+_INTERIM = b"HTTP/1.1 1"  # a 1xx status line: `100 Continue`, written before the response
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -52,7 +53,7 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:
-            cycle.transport = _OneWrite(self.transport, cycle)  # type: ignore[assignment]
+            cycle.transport = _OneWrite(self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -93,15 +94,19 @@ class BoundedHeadProtocol(HttpToolsProtocol):
 
 class _OneWrite:
     """The transport as one request cycle sees it: the response head is held until the body's
-    first write and sent with it. Anything written before the response starts (`100 Continue`)
-    goes out at once, and a head whose body does not follow in the same event-loop turn (a
-    streamed response) is flushed at the end of that turn, so nothing waits on the hold."""
+    first write and sent with it. An interim response written before it (`100 Continue`) goes
+    out at once, and a head whose body does not follow in the same event-loop turn (a streamed
+    response) is flushed at the end of that turn, so nothing waits on the hold.
 
-    __slots__ = ("_cycle", "_held", "_state", "_transport")
+    It keeps no reference to its request cycle (which holds it as `transport`): a reference
+    back would make every request a reference cycle, garbage that only the cycle collector
+    frees, in pauses that grew with the load (tens of milliseconds at a few hundred requests a
+    second, straight into the create latency's p99)."""
 
-    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+    __slots__ = ("_held", "_state", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self._cycle = cycle
         self._held = b""
         self._state = 0  # 0: no head yet, 1: head held, 2: head sent
 
@@ -110,7 +115,7 @@ class _OneWrite:
             self._state = 2
             held, self._held = self._held, b""
             self._transport.write(held + data)
-        elif self._state == 0 and self._cycle.response_started:
+        elif self._state == 0 and not data.startswith(_INTERIM):
             self._state = 1
             self._held = data
             asyncio.get_running_loop().call_soon(self.flush)

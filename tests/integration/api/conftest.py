@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 
 from gateway.app import create_app
 from gateway.crypto import hash_api_key, new_api_key
+from gateway.http_protocol import bounded
 from gateway.runtime import Runtime
 from gateway.serve_cli import proxy_options
 from gateway.settings import REPO_ROOT, Settings
@@ -87,7 +88,14 @@ async def serve(root: Path, **overrides: Any) -> AsyncIterator[Gateway]:
     app = create_app(settings, workers=False)
     options = proxy_options(settings)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, lifespan="on", log_config=None, access_log=False, **options
+        app,
+        host="127.0.0.1",
+        port=0,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        http=bounded(settings.max_header_bytes),  # the HTTP protocol `gateway serve` runs
+        **options,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
