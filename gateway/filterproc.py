@@ -137,6 +137,10 @@ class FilterProcess(asyncio.Protocol):
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=dict(os.environ, PYTHONPATH=path),
+                # Its own process group: Ctrl-C in a terminal signals the foreground group, and
+                # the parent, not the keyboard, decides when the helper stops (it closes the
+                # socket). A signal arriving during its imports would otherwise kill it there.
+                start_new_session=True,
             )
         except OSError:
             ours.close()
@@ -322,8 +326,8 @@ def _serve(sock: socket.socket) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    # Ctrl-C in a terminal reaches the whole process group: the parent decides when we stop (it
-    # closes the socket), so a keyboard interrupt does not kill us mid-scan.
+    # The parent decides when we stop (it closes the socket). We run in a process group of our
+    # own, so a terminal's Ctrl-C does not reach us; a SIGINT sent to us by pid is ignored too.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(args[0]))
     gc.collect()

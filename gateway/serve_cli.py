@@ -114,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
         **proxy_options(settings),
     )
     # uvicorn re-raises the signal it caught once its graceful shutdown is done; with the default
-    # handler that would end the process as "killed by SIGTERM" (-15) after a clean stop.
-    signal.signal(signal.SIGTERM, lambda *_: None)
+    # handlers that would end the process as "killed by SIGTERM" (-15) after a clean stop, and
+    # print a KeyboardInterrupt traceback after Ctrl-C. The stop is done by then: nothing to add.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     uvicorn.Server(config).run()
     return 0
 

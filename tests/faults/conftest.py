@@ -146,13 +146,14 @@ class Proc(Server):
         """SIGTERM and wait for the exit (killed after 20 s)."""
         return await asyncio.to_thread(self.stop, signal.SIGTERM)
 
-    async def terminate(self, grace: float) -> tuple[int | None, float]:
-        """SIGTERM, then wait up to `grace` seconds for the process to exit by itself (it is killed,
-        and the returned code is None, if it does not). Returns (exit code, seconds it took)."""
+    async def terminate(self, grace: float, sig: int = signal.SIGTERM) -> tuple[int | None, float]:
+        """`sig` (SIGTERM by default), then wait up to `grace` seconds for the process to exit by
+        itself (it is killed, and the returned code is None, if it does not). Returns (exit code,
+        seconds it took)."""
         assert self.proc is not None
         proc = self.proc
         started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         try:
             await asyncio.to_thread(proc.wait, grace)
         except subprocess.TimeoutExpired:

@@ -9,7 +9,10 @@ GATEWAY_WEBHOOK_MAX_CONCURRENCY=4 keeps most webhooks queued in memory behind th
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -127,3 +130,36 @@ async def test_serve_exits_zero_on_sigterm(procs: Procs) -> None:
     await server.up()
     code, took = await server.terminate(grace=GRACE + 5)
     assert code == 0, f"exit status {code} after {took:.1f}s"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _children(pid: int) -> list[int]:
+    task = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in task.read_text().split()] if task.exists() else []
+
+
+async def test_ctrl_c_stops_serve_cleanly_without_a_traceback(procs: Procs) -> None:
+    """Ctrl-C in the terminal of `make run` signals the foreground process group. The server stops
+    as on SIGTERM, without a traceback; its filter process is in a group of its own (a signal
+    during its imports would kill it there) and leaves when its parent does."""
+    server = procs.serve()
+    await server.up()
+    assert server.proc is not None
+    helpers = _children(server.proc.pid)
+    assert helpers, "the filter process is a child of the server"
+    assert all(os.getpgid(pid) != os.getpgid(server.proc.pid) for pid in helpers)
+    code, took = await server.terminate(grace=GRACE + 5, sig=signal.SIGINT)
+    assert code == 0, f"exit status {code} after {took:.1f}s:\n{server.log()}"
+    assert "Traceback" not in server.log()
+
+    async def helpers_gone() -> bool:
+        return not any(_alive(pid) for pid in helpers)
+
+    await eventually(helpers_gone, what="the filter process to exit")
