@@ -162,6 +162,12 @@ class FilterProcess(asyncio.Protocol):
         """Stop the helper (it exits when its end of the socket closes); scans still waiting for
         it are run on the event loop by their callers."""
         self._closing = True
+        starting = self._starting
+        if starting is not None and not starting.done():
+            # A restart is spawning a helper right now: let it finish, so that the helper it
+            # spawns is the one stopped here rather than left running until this process exits.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(starting), grace)
         for timer in (self._watchdog, self._restart):
             if timer is not None:
                 timer.cancel()

@@ -250,3 +250,26 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+async def test_closing_while_a_restart_spawns_a_helper_stops_that_helper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fp = FilterProcess(hang_seconds=2.0, restart_delay=0.0)
+    await fp.start()
+    first = fp.pid
+    assert first is not None
+    closing: list[asyncio.Task[None]] = []
+    real_start = fp.start
+
+    async def restart_meeting_a_shutdown() -> None:
+        # the server shuts down while the restart is spawning: close() runs at the spawn's first wait
+        closing.append(asyncio.get_running_loop().create_task(fp.close()))
+        await real_start()
+
+    monkeypatch.setattr(fp, "start", restart_meeting_a_shutdown)
+    os.kill(first, signal.SIGKILL)
+    await until(lambda: bool(closing) and closing[0].done(), within=10)
+    assert fp.pid is not None and fp.pid != first, "the restart spawned a helper"
+    child = fp.pid
+    await until(lambda: not _alive(child), within=10)  # stopped by close(), not left running
