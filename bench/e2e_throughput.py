@@ -5,6 +5,7 @@ concurrency) and deliver to the same receiver process. We measure jobs/s from th
 the last webhook received, and the create latency percentiles under that load.
 
     .venv/bin/python bench/e2e_throughput.py [--jobs 4000] [--concurrency 64] [--rounds 3]
+        [--curve 0.1,0.25,0.4]
 
 Loopback only; every loop is bounded in count and time.
 """
@@ -255,6 +256,12 @@ async def main() -> int:
     ap.add_argument("--split", action="store_true", help="API and workers in two processes")
     ap.add_argument("--rounds", type=int, default=3, help="alternating relay/gateway pairs (median shown)")
     ap.add_argument("--open-seconds", type=float, default=4.0, help="length of the fixed-rate phase")
+    ap.add_argument(
+        "--curve",
+        default="",
+        help="more fixed rates, as fractions of the ceiling (e.g. 0.1,0.25,0.4): create latency at each,"
+        " printed below the goal's 0.5",
+    )
     args = ap.parse_args()
 
     receiver_proc, rport = start_receiver()
@@ -291,6 +298,8 @@ async def main() -> int:
         steady = await run_open_loop(gw, receiver, half, args.open_seconds, args.timeout)
         # the same fixed rate on the relay: the latency floor of this load generator and machine
         floor = await run_open_loop(relay, receiver, half, args.open_seconds, args.timeout)
+        rates = [float(f) * ceiling["jobs_per_s"] for f in args.curve.split(",") if f.strip()]
+        curve = [await run_open_loop(gw, receiver, r, args.open_seconds, args.timeout) for r in rates]
     finally:
         for proc in gateway:
             proc.terminate()
@@ -338,6 +347,12 @@ async def main() -> int:
         f"relay at the same rate (the harness's floor): create p50 {floor['p50_ms']:.1f} ms,"
         f" p99 {floor['p99_ms']:.1f} ms"
     )
+    for point in curve:
+        print(
+            f"  gateway at {point['rate']:.0f} jobs/s ({point['rate'] / ceiling['jobs_per_s']:.2f} x ceiling;"
+            f" achieved {point['achieved']:.0f}/s): create p50 {point['p50_ms']:.1f} ms,"
+            f" p99 {point['p99_ms']:.1f} ms, delivered {point['delivered']}/{point['jobs']}"
+        )
     ok = (
         ratio >= 0.5
         and all(g["delivered"] == args.jobs for _, g in pairs)
