@@ -94,6 +94,15 @@ def postgres_by_default(url: str) -> Iterator[list[str]]:
         drop_schemas(url, schemas)
 
 
+def process_alive(pid: int) -> bool:
+    """Running, not a zombie: a process that has exited counts as gone before it is reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.harness import eventually
+from tests.acceptance.harness import eventually, process_alive
 from tests.faults.conftest import (
     FaultReceiver,
     Proc,
@@ -132,14 +132,6 @@ async def test_serve_exits_zero_on_sigterm(procs: Procs) -> None:
     assert code == 0, f"exit status {code} after {took:.1f}s"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _children(pid: int) -> list[int]:
     task = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(c) for c in task.read_text().split()] if task.exists() else []
@@ -160,6 +152,6 @@ async def test_ctrl_c_stops_serve_cleanly_without_a_traceback(procs: Procs) -> N
     assert "Traceback" not in server.log()
 
     async def helpers_gone() -> bool:
-        return not any(_alive(pid) for pid in helpers)
+        return not any(process_alive(pid) for pid in helpers)
 
     await eventually(helpers_gone, what="the filter process to exit")

@@ -23,6 +23,7 @@ from gateway.metrics import Metrics
 from gateway.offload import Offload
 from gateway.settings import REPO_ROOT
 from rules import CompiledPolicy, compile_policy, load_policy_dir
+from tests.acceptance.harness import process_alive
 
 POLICIES = load_policy_dir(REPO_ROOT / "config" / "policies")
 DEFAULT = POLICIES["default"]
@@ -233,7 +234,7 @@ def test_the_helper_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
         parent.kill()
         parent.wait(10)
         deadline = time.monotonic() + 10
-        while _alive(child):
+        while process_alive(child):
             assert time.monotonic() < deadline, "the helper outlived its parent"
             time.sleep(0.02)
     finally:
@@ -241,15 +242,6 @@ def test_the_helper_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
         parent.wait(10)
         if parent.stdout is not None:
             parent.stdout.close()
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (it was our grandchild: init reaps it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def test_closing_while_a_restart_spawns_a_helper_stops_that_helper(
@@ -272,4 +264,4 @@ async def test_closing_while_a_restart_spawns_a_helper_stops_that_helper(
     await until(lambda: bool(closing) and closing[0].done(), within=10)
     assert fp.pid is not None and fp.pid != first, "the restart spawned a helper"
     child = fp.pid
-    await until(lambda: not _alive(child), within=10)  # stopped by close(), not left running
+    await until(lambda: not process_alive(child), within=10)  # stopped by close(), not left running
