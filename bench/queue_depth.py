@@ -4,7 +4,7 @@ Fills the SQLite store of a real `gateway serve --no-workers` process with queue
 `processing_inbound`, runnable; half in `awaiting_response`), straight into the schema with
 `executemany`, and at each depth records:
 
-- the RSS of the server process;
+- the RSS of the server process and of its children (the filter helper), together;
 - `GET /api/v1/health/queues` latency, p50 and p99 over `--requests` sequential requests (goal: under
   10 ms at any depth: the contract says it answers in constant time);
 - claim latency: `store.claim_jobs(limit=64)` through the gateway's own store, p50 and p99 over
@@ -75,6 +75,34 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of `pid` (the server's filter helper), from /proc."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                found.extend(int(c) for c in fh.read().split())
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def tree_rss_mib(pid: int) -> float:
+    """The server's RSS plus its children's: the memory `gateway serve` costs the machine (the
+    helper is a process of its own, so the server's RSS alone leaves it out)."""
+    total = rss_mib(pid)
+    for child in children(pid):
+        try:
+            total += rss_mib(child)
+        except (FileNotFoundError, RuntimeError):
+            continue  # gone meanwhile
+    return total
 
 
 class Gateway:
@@ -238,7 +266,7 @@ def measure(root: Path, depths: Sequence[int], requests: int, claims: int, log: 
             row = Row(
                 depth=depth,
                 fill_seconds=took,
-                rss_mib=rss_mib(gateway.pid),
+                rss_mib=tree_rss_mib(gateway.pid),
                 health_p50_ms=percentile(health, 50) * 1000,
                 health_p99_ms=percentile(health, 99) * 1000,
                 claim_p50_ms=percentile(claimed, 50) * 1000,
