@@ -95,6 +95,8 @@ class FilterProcess(asyncio.Protocol):
         self._keys = itertools.count(1)
         self._ids = itertools.count(1)
         self._registered: weakref.WeakKeyDictionary[CompiledPolicy, int] = weakref.WeakKeyDictionary()
+        #: The `drop` notice of each policy the current helper has, by key (detached on restart).
+        self._finalizers: dict[int, weakref.finalize[Any, Any]] = {}
         self._pending: dict[int, tuple[asyncio.Future[list[Result]], float]] = {}
         self._out: list[bytes] = []
         self._buffer = bytearray()
@@ -151,6 +153,9 @@ class FilterProcess(asyncio.Protocol):
             theirs.close()
         self.starts += 1
         self._registered = weakref.WeakKeyDictionary()
+        for notice in self._finalizers.values():  # the old helper's numbers mean nothing to this one
+            notice.detach()
+        self._finalizers.clear()
         loop = asyncio.get_running_loop()
         await loop.create_unix_connection(lambda: self, sock=ours)
         for policy in self.preload:
@@ -255,10 +260,11 @@ class FilterProcess(asyncio.Protocol):
         key = next(self._keys)
         self._registered[policy] = key
         self._send(("policy", key, policy.name, policy.source))
-        weakref.finalize(policy, self._drop, key)
+        self._finalizers[key] = weakref.finalize(policy, self._drop, key)
         return key
 
     def _drop(self, key: int) -> None:
+        self._finalizers.pop(key, None)
         if self._transport is not None:
             with contextlib.suppress(RuntimeError):  # no running loop (interpreter exit)
                 self._send(("drop", key))

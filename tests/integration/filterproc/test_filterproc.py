@@ -4,6 +4,7 @@ stuck when the helper dies, hangs or falls behind."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -159,6 +160,34 @@ async def test_scans_in_flight_when_the_helper_dies_are_run_on_the_loop(helper: 
         assert helper.scanned == before + 1
     finally:
         offload.close()
+
+
+async def test_a_policy_dropped_after_restarts_is_dropped_once_in_the_current_helper(
+    helper: FilterProcess,
+) -> None:
+    """Each helper learns a policy again under a new number; when the policy is garbage, only the
+    helper that has it hears `drop`, once (not once per helper it ever went to)."""
+    sent: list[tuple[object, ...]] = []
+    send = helper._send
+
+    def record(message: tuple[object, ...]) -> None:
+        sent.append(message)
+        send(message)
+
+    helper._send = record  # type: ignore[method-assign]
+    policy = tenant_policy()
+    for restart in range(3):
+        assert (await helper.scan(policy, [("nightjar", "inbound")]))[0][0]["verdict"] == "blocked"
+        if restart < 2:
+            assert helper.pid is not None
+            os.kill(helper.pid, signal.SIGKILL)
+            await until(lambda n=restart: helper.ready and helper.starts == n + 2)
+    keys = [m[1] for m in sent if m[0] == "policy" and m[2] == "tenant"]
+    assert len(keys) == 3  # one registration per helper
+    del policy
+    gc.collect()
+    drops = [m[1] for m in sent if m[0] == "drop"]
+    assert drops == [keys[-1]]
 
 
 async def test_a_helper_that_stops_answering_is_replaced(helper: FilterProcess) -> None:
