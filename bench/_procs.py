@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -107,6 +109,23 @@ class Proc:
         self.proc.join(5)
         if self.proc.is_alive():
             self.proc.kill()
+
+
+def with_children(pids: list[int]) -> list[int]:
+    """These processes and their direct children (the gateway's filter process is one), from
+    /proc: what a benchmark charges a server with, CPU time or memory."""
+    out = list(pids)
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+    return out
 
 
 def start_receiver() -> tuple[Proc, int]:

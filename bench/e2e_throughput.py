@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import free_port, start_receiver, start_relay
+from _procs import free_port, start_receiver, start_relay, with_children
 
 REPO = Path(__file__).resolve().parents[1]
 API_KEY = "gwk_bench_key_0123456789abcdef0123456789"
@@ -151,23 +151,6 @@ async def run_load(
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
     }
-
-
-def with_children(pids: list[int]) -> list[int]:
-    """These processes and their children (the gateway's filter process is one): CPU per job
-    counts all of them."""
-    out = list(pids)
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-            except OSError:
-                continue
-    return out
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -35,7 +35,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the gateway beside this script, whatever the virtualenv's editable install points at
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _procs import free_port
+from _procs import free_port, with_children
 
 from gateway import ids
 from gateway.settings import Settings
@@ -77,27 +77,11 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def children(pid: int) -> list[int]:
-    """The direct children of `pid` (the server's filter helper), from /proc."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                found.extend(int(c) for c in fh.read().split())
-        except FileNotFoundError:
-            continue
-    return found
-
-
 def tree_rss_mib(pid: int) -> float:
     """The server's RSS plus its children's: the memory `gateway serve` costs the machine (the
     helper is a process of its own, so the server's RSS alone leaves it out)."""
     total = rss_mib(pid)
-    for child in children(pid):
+    for child in with_children([pid])[1:]:
         try:
             total += rss_mib(child)
         except (FileNotFoundError, RuntimeError):

@@ -61,7 +61,7 @@ def test_the_bench_memory_figure_counts_the_server_s_child_processes(tmp_path: P
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert ready.exists(), "the child did not start"
-        assert child.pid in bench.children(os.getpid())
+        assert child.pid in bench.with_children([os.getpid()])
         alone = bench.rss_mib(os.getpid())
         together = bench.tree_rss_mib(os.getpid())
         assert together - alone >= 60, (alone, together)  # the child's 64 MiB block is counted
