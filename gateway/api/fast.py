@@ -28,6 +28,10 @@ FAST_PATH = "/v1/jobs"
 class GatewayApp(Starlette):
     def __init__(self, *args: Any, max_body_bytes: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # "/v1/jobs/" is a 404 in the envelope, not a 307 to "/v1/jobs": Starlette's redirect is
+        # built from the Host header (an open redirect behind a proxy, "http://" behind TLS) and a
+        # client that follows it sends its POST and Authorization header again
+        self.router.redirect_slashes = False
         self.max_body_bytes = max_body_bytes
         self._handlers = exception_handlers()
 

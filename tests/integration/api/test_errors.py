@@ -52,6 +52,18 @@ async def test_unknown_route_is_404_envelope(tenant: Tenant) -> None:
     assert "/v2/nothing" in error["message"]
 
 
+async def test_a_trailing_slash_is_404_envelope_not_a_redirect(gw: Gateway, tenant: Tenant) -> None:
+    async with gw.client(headers={"Host": "evil.example"}) as anon:
+        for path in ("/v1/jobs/", "/healthz/", "/api/v1/health/queues/"):
+            r = await anon.get(path)
+            assert_error(r, 404, "not_found")
+            assert "location" not in r.headers
+    r = await tenant.http.post("/v1/jobs/", json={"message_input": "x"})
+    assert_error(r, 404, "not_found")
+    assert "location" not in r.headers
+    assert (await tenant.http.get("/v1/jobs")).json()["jobs"] == []  # nothing was created
+
+
 async def test_wrong_method_is_405_envelope_with_allow(tenant: Tenant) -> None:
     r = await tenant.http.put("/v1/jobs", json={})
     assert_error(r, 405, "method_not_allowed")
