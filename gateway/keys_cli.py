@@ -1,4 +1,6 @@
-"""`gateway keys create --tenant NAME`: prints a new API key once, alone on standard output."""
+"""`gateway keys create --tenant NAME`: prints a new API key once, alone on standard output.
+`gateway keys revoke [KEY | -]`: revokes a key (read from standard input when '-' or not given, so
+it need not appear in the process list or the shell's history)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     create = sub.add_parser("create", help="create an API key for a tenant and print it once")
     create.add_argument("--tenant", required=True, help="tenant the key belongs to (letters, digits, _ . -)")
+    revoke = sub.add_parser(
+        "revoke",
+        help="revoke an API key: every instance refuses it within GATEWAY_API_KEY_CACHE_SECONDS (10 s)",
+    )
+    revoke.add_argument("key", nargs="?", default="-", help="the key; '-' or nothing reads it from stdin")
 
 
 async def create_key(settings: Settings, tenant: str) -> str:
@@ -32,10 +39,34 @@ async def create_key(settings: Settings, tenant: str) -> str:
         await store.close()
 
 
+async def revoke_key(settings: Settings, key: str) -> bool:
+    """True when a live key was revoked; False when the store has no live key like it."""
+    store = open_store(settings)
+    await store.open()
+    try:
+        return await store.revoke_api_key(hash_api_key(key), time.time())
+    finally:
+        await store.close()
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.keys_command == "revoke":
+        return _revoke(args.key)
     if not _TENANT.match(args.tenant):
         print("gateway keys: --tenant must be 1-64 letters, digits, '_', '.' or '-'", file=sys.stderr)
         return 2
     key = asyncio.run(create_key(Settings(), args.tenant))
     print(key)
+    return 0
+
+
+def _revoke(given: str) -> int:
+    key = sys.stdin.readline().strip() if given == "-" else given.strip()
+    if not key:
+        print("gateway keys revoke: no key given (pass it, or write it to standard input)", file=sys.stderr)
+        return 2
+    if not asyncio.run(revoke_key(Settings(), key)):
+        print("gateway keys revoke: no live key matches (unknown, or revoked already)", file=sys.stderr)
+        return 1
+    print("gateway keys revoke: revoked", file=sys.stderr)
     return 0

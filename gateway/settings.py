@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # 429 for keys it has not shown valid before, without a read. 0 = off.
     auth_failure_rate_per_second: float = Field(default=1.0, ge=0)
     auth_failure_burst: int = Field(default=30, ge=1)
+    # How long an instance trusts a valid key without asking the store again: a key revoked with
+    # `gateway keys revoke` stops working on every instance within this time. 0 = a read per request.
+    api_key_cache_seconds: float = Field(default=10.0, ge=0, le=300)
     # Proxies whose X-Forwarded-For names the client (addresses or networks, comma-separated; "*"
     # trusts any peer). Empty: the peer's own address is the client's, and the header is ignored.
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()

@@ -1,8 +1,9 @@
 """Bearer API keys -> tenant, with a small cache and an optional per-key rate limit.
 
-Keys are looked up by their SHA-256 (see `gateway.crypto.hash_api_key`). A hit is cached for a few
-seconds so the hot path costs no database read; misses are not cached, so a key created a moment
-ago (`gateway keys create`) works at once. The rate limit is a token bucket per key, in memory: it
+Keys are looked up by their SHA-256 (see `gateway.crypto.hash_api_key`). A hit is cached for
+`api_key_cache_seconds` (10 s by default) so the hot path costs no database read: a key revoked with
+`gateway keys revoke` stops working within that time. Misses are not cached, so a key created a
+moment ago (`gateway keys create`) works at once. The rate limit is a token bucket per key, in memory: it
 protects one instance from one noisy client, it is not a global quota.
 
 Invalid keys have their own budget per client address (`auth_failure_rate_per_second`,
@@ -27,7 +28,6 @@ from gateway.runtime import Runtime
 #: The budgets' and the cache's clock (seconds, monotonic); tests hold it still.
 _clock = time.monotonic
 
-CACHE_TTL_SECONDS = 10.0
 _CACHE_MAX = 10_000
 _FAILURE_ADDRESSES_MAX = 10_000
 _UNAUTHENTICATED_HEADERS = {"WWW-Authenticate": "Bearer"}
@@ -57,10 +57,10 @@ class AuthState:
             return None
         return hit[0]
 
-    def remember(self, digest: str, tenant: str, now: float) -> None:
+    def remember(self, digest: str, tenant: str, now: float, ttl: float) -> None:
         if len(self.cache) >= _CACHE_MAX:
             self.cache.clear()  # crude but bounded; refilling costs one read per key
-        self.cache[digest] = (tenant, now + CACHE_TTL_SECONDS)
+        self.cache[digest] = (tenant, now + ttl)
 
     def known(self, digest: str) -> bool:
         """Whether this key was valid here recently (its cache entry may have expired since)."""
@@ -159,7 +159,7 @@ async def authenticate(request: Request) -> str:
             if failure_rate > 0:
                 state.record_failure(address, failure_rate, settings.auth_failure_burst, now)
             raise _unauthenticated("the API key is not valid")
-        state.remember(digest, tenant, now)
+        state.remember(digest, tenant, now, runtime.settings.api_key_cache_seconds)
     rate = runtime.settings.rate_limit_per_second
     if rate > 0:
         wait = state.take(digest, rate, runtime.settings.rate_limit_burst, now)

@@ -459,6 +459,10 @@ class PostgresStore:
         value = await self._run(lambda c: c.fetchval(Q["tenant_for_key"], key_hash), read=True)
         return None if value is None else str(value)
 
+    async def revoke_api_key(self, key_hash: str, now: float) -> bool:
+        status = await self._run(lambda c: c.execute(Q["revoke_key"], key_hash, now))
+        return _rowcount(status) == 1
+
     async def count_api_keys(self) -> int:
         return int(await self._run(lambda c: c.fetchval(Q["count_api_keys"]), read=True))
 

@@ -192,6 +192,9 @@ INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES ($1, $2, $3, $
 -- name: tenant_for_key
 SELECT tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL
 
+-- name: revoke_key
+UPDATE api_keys SET revoked_at = $2 WHERE key_hash = $1 AND revoked_at IS NULL
+
 -- name: count_api_keys
 SELECT count(*) FROM api_keys
 

@@ -454,6 +454,10 @@ class SqliteStore:
         row = await self._read(lambda c: c.execute(Q["tenant_for_key"], {"key_hash": key_hash}).fetchone())
         return None if row is None else str(row[0])
 
+    async def revoke_api_key(self, key_hash: str, now: float) -> bool:
+        args = {"key_hash": key_hash, "now": now}
+        return await self._write(lambda c: c.execute(Q["revoke_key"], args).rowcount == 1)
+
     async def count_api_keys(self) -> int:
         row = await self._read(lambda c: c.execute("SELECT COUNT(*) FROM api_keys").fetchone())
         return int(row[0])

@@ -100,6 +100,9 @@ INSERT INTO api_keys (id, tenant_id, key_hash, created_at) VALUES (:id, :tenant_
 -- name: tenant_for_key
 SELECT tenant_id FROM api_keys WHERE key_hash = :key_hash AND revoked_at IS NULL
 
+-- name: revoke_key
+UPDATE api_keys SET revoked_at = :now WHERE key_hash = :key_hash AND revoked_at IS NULL
+
 -- name: put_policy
 INSERT INTO policies (tenant_id, name, source, updated_at) VALUES (:tenant_id, :name, :source, :now)
 ON CONFLICT (tenant_id, name) DO UPDATE SET source = excluded.source, updated_at = excluded.updated_at

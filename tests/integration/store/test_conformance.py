@@ -295,6 +295,12 @@ async def test_api_keys_and_policies(store: Store) -> None:
     assert await store.tenant_for_key("hash-1") == "t1"
     assert await store.tenant_for_key("nope") is None
     assert await store.count_api_keys() == 1
+    await store.add_api_key("t1", "hash-2", now)
+    assert await store.revoke_api_key("hash-2", now + 1) is True
+    assert await store.tenant_for_key("hash-2") is None
+    assert await store.tenant_for_key("hash-1") == "t1"  # only that key
+    assert await store.revoke_api_key("hash-2", now + 2) is False  # revoked already
+    assert await store.revoke_api_key("nope", now) is False
     await store.put_policy("t1", "strict", {"inbound": {"packs": ["pii"]}}, now)
     await store.put_policy("t1", "strict", {"inbound": {"packs": ["secrets"]}}, now + 1)
     rec = await store.get_policy("t1", "strict")
