@@ -773,7 +773,28 @@ class PostgresStore:
                 return CasResult(True, _row_to_job_with_summary(row))
             # lost the CAS: report the job as it is now (a new statement, so the newest version)
             current = await c.fetchrow(Q["get_job"], job_id, tenant_id)
-            return CasResult(False, None if current is None else _row_to_job_with_summary(current))
+            job = None if current is None else _row_to_job_with_summary(current)
+            if job is not None and job.status not in TERMINAL and job.expires_at <= now:
+                # Past expires_at but not swept yet: the 409 says job_expired, so the job says it
+                # too from now on (as a cancel that finds it overdue does), not at the next sweep.
+                async with c.transaction():
+                    found = await c.fetchrow(Q["lock_job_for_cancel"], job_id, tenant_id)
+                    if found is not None and JobStatus(found[1]) not in TERMINAL and found[0] <= now:
+                        await self._transition_stopping(
+                            c,
+                            job_id,
+                            (JobStatus(found[1]), JobStatus.EXPIRED),
+                            now=now,
+                            owner=None,
+                            changes=expiry_changes(JobStatus(found[1])),
+                            deliveries=(),
+                            claim_for=None,
+                            lease=0.0,
+                            tenant_id=tenant_id,
+                        )
+                current = await c.fetchrow(Q["get_job"], job_id, tenant_id)
+                job = None if current is None else _row_to_job_with_summary(current)
+            return CasResult(False, job)
 
         return await self._run(op)
 

@@ -678,6 +678,23 @@ class SqliteStore:
                 extra_where=" AND expires_at > :now",
             )
             row = c.execute(Q["get_job"], {"id": job_id, "tenant_id": tenant_id}).fetchone()
+            if not ok and row is not None and JobStatus(row[2]) not in TERMINAL and row[15] <= now:
+                # Past expires_at but not swept yet: the 409 says job_expired, so the job says it
+                # too from now on (as a cancel that finds it overdue does), not at the next sweep.
+                status = JobStatus(row[2])
+                self._transition_op(
+                    c,
+                    job_id,
+                    (status, JobStatus.EXPIRED),
+                    now=now,
+                    owner=None,
+                    changes=expiry_changes(status),
+                    deliveries=(),
+                    claim_for=None,
+                    lease=0.0,
+                    tenant_id=tenant_id,
+                )
+                row = c.execute(Q["get_job"], {"id": job_id, "tenant_id": tenant_id}).fetchone()
             return CasResult(ok, None if row is None else _with_summaries(c, [row])[0])
 
         return await self._write(op, long=len(output_text) > _LONG_WRITE_CHARS)

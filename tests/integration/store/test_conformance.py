@@ -171,13 +171,32 @@ async def test_submit_response_only_while_awaiting_and_unexpired(store: Store) -
     assert await store.transition(job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now)
     wrong_tenant = await store.submit_response("t2", job_id, "out", now=now, claim_for=None, lease=LEASE)
     assert not wrong_tenant.ok and wrong_tenant.job is None
-    too_late = await store.submit_response("t1", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
-    assert not too_late.ok
     ok = await store.submit_response("t1", job_id, "out", now=now, claim_for="w1", lease=LEASE)
     assert ok.ok and ok.job is not None and ok.job.status is S.PROCESSING_OUTBOUND
     assert ok.job.output_text == "out" and ok.job.lease_owner == "w1"
     again = await store.submit_response("t1", job_id, "out2", now=now, claim_for=None, lease=LEASE)
     assert not again.ok
+
+
+async def test_a_response_to_a_job_past_expires_at_expires_it(store: Store) -> None:
+    """Not swept yet, but overdue: the response is refused and the job is expired there and then
+    (its GET agrees with the 409 job_expired at once), its pending webhooks stopped, on every store."""
+    now = time.time()
+    job_id = await create(store, new_job(now=now, ttl=100))
+    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 100)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
+    )
+    too_late = await store.submit_response("t1", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
+    assert not too_late.ok and too_late.job is not None
+    assert too_late.job.status is S.EXPIRED and too_late.job.error_code == "job_expired"
+    assert too_late.job.output_text is None  # the refused answer is not kept
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.EXPIRED and job.finished_at is not None
+    assert await store.claim_deliveries("w", now=now + 101, lease=LEASE, limit=10) == []
+    assert await store.expire_due(now=now + 102, limit=10) == []
+    other_tenant = await store.submit_response("t2", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
+    assert other_tenant.job is None
 
 
 async def test_cancel_stops_pending_deliveries(store: Store) -> None:
