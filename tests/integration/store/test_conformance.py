@@ -195,8 +195,8 @@ async def test_a_response_to_a_job_past_expires_at_expires_it(store: Store) -> N
     assert job is not None and job.status is S.EXPIRED and job.finished_at is not None
     assert await store.claim_deliveries("w", now=now + 101, lease=LEASE, limit=10) == []
     assert await store.expire_due(now=now + 102, limit=10) == []
-    other_tenant = await store.submit_response("t2", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
-    assert other_tenant.job is None
+    other = await store.submit_response("t2", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
+    assert other.job is None
 
 
 async def test_cancel_stops_pending_deliveries(store: Store) -> None:
