@@ -15,7 +15,8 @@ from gateway.store.base import Attempt, Job
 JOB_ID_RE = re.compile(r"job_[0-9a-hjkmnp-tv-z]{26}")
 
 # Statuses whose `error` object is shown when the job recorded one.
-_ERROR_STATUSES = frozenset({JobStatus.FAILED, JobStatus.EXPIRED, JobStatus.CANCELLED})
+#: The statuses whose `error` is set (CONTRACT §2: `{code, message}` for failed and expired, else null)
+_ERROR_STATUSES = frozenset({JobStatus.FAILED, JobStatus.EXPIRED})
 
 
 def is_job_id(value: str) -> bool:

@@ -542,7 +542,7 @@ async def test_cancel(gw: Gateway, tenant: Tenant) -> None:
     assert r.status_code == 200, r.text
     view = r.json()
     assert view["status"] == "cancelled" and set(view) == VIEW_FIELDS
-    assert view["error"] is not None and view["error"]["code"] == "cancelled"
+    assert view["error"] is None  # CONTRACT §2: error is set for failed and expired only
     error = assert_error(await tenant.http.delete(f"/v1/jobs/{created['job_id']}"), 409, "invalid_state")
     assert "cancelled" in error["message"]
 
