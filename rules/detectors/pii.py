@@ -63,6 +63,8 @@ _IPV6_TAIL = re.compile(r"[0-9A-Fa-f:.]*")
 _NUM_GLUE = frozenset("+-./_")
 _IPV4_SHAPE = re.compile(rb"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
 _NUM_PY = re.compile(r"\d(?:[ .\-/()]{0,2}\d){6,}\)?")
+#: Pieces of a number run tried apart when the run as a whole is nothing (see `_parts`).
+_MAX_PARTS = 12
 
 _DATE = re.compile(
     r"(?:\d{4}[-/.](?:0?[1-9]|1[0-2])[-/.](?:0?[1-9]|[12]\d|3[01])"
@@ -256,6 +258,52 @@ class PiiDetector:
     # -- numbers: cards, SSNs, phones -------------------------------------------------------------
 
     def _number(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
+        found = len(out)
+        self._whole_number(text, s, e, seg_start, seg_end, out)
+        if len(out) == found and " " in text[s:e]:
+            # Nothing as a whole: the run may be an entity with other numbers beside it, joined by
+            # spaces ("4242 4242 4242 4242 12/25", "12 10.0.0.1", "Room 101 536-22-1234").
+            self._parts(text, s, e, seg_start, seg_end, out)
+
+    def _parts(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
+        """Cards, SSNs and IPv4 addresses among the space-separated pieces of a number run, longest
+        first, each piece used once. Phones are not tried: any few digits in a row could be one."""
+        tokens: list[tuple[int, int]] = []
+        pos = s
+        for piece in text[s:e].split(" "):
+            if piece:
+                tokens.append((pos, pos + len(piece)))
+            pos += len(piece) + 1
+        n = len(tokens)
+        if not 2 <= n <= _MAX_PARTS:
+            return
+        taken = [False] * n
+        for size in range(n - 1, 0, -1):
+            for i in range(n - size + 1):
+                if any(taken[i : i + size]):
+                    continue
+                found: list[Finding] = []
+                self._part(text, tokens[i][0], tokens[i + size - 1][1], seg_start, seg_end, found)
+                if found:
+                    out.extend(found)
+                    taken[i : i + size] = [True] * size
+
+    def _part(self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]) -> None:
+        body = text[s:e]
+        if not (body[0].isdigit() and body[-1].isdigit()):
+            return
+        if body.count(".") == 3 and _IPV4.fullmatch(body):
+            self._ipv4(text, s, e, seg_start, seg_end, out)
+            return
+        digits = "".join(_GROUPS.findall(body))
+        if 14 <= len(digits) <= 19:  # not the short Maestro lengths: every window is one more try
+            self._card(text, body, digits, s, seg_start, out)
+        elif len(digits) == 9:
+            self._ssn(text, body, digits, s, seg_start, out)
+
+    def _whole_number(
+        self, text: str, s: int, e: int, seg_start: int, seg_end: int, out: list[Finding]
+    ) -> None:
         if s > seg_start:
             prev = text[s - 1]
             if prev.isalnum() or prev in _NUM_GLUE:

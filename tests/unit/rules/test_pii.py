@@ -152,6 +152,45 @@ def test_ssn_is_found(pii_policy: CompiledPolicy) -> None:
     assert types(pii_policy, "my social security number is 536221234") == [("US_SSN", "536221234")]
 
 
+# -- entities with other numbers beside them -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Card: 4242 4242 4242 4242 12/25", ("CREDIT_CARD", "4242 4242 4242 4242")),  # expiry after
+        ("4242424242424242 123", ("CREDIT_CARD", "4242424242424242")),  # CVV after
+        ("card: 12 4242 4242 4242 4242", ("CREDIT_CARD", "4242 4242 4242 4242")),
+        ("1. 4242 4242 4242 4242", ("CREDIT_CARD", "4242 4242 4242 4242")),  # a list item
+        ("12 378282246310005", ("CREDIT_CARD", "378282246310005")),
+        ("SSN: 536-22-1234 5", ("US_SSN", "536-22-1234")),
+        ("Room 101 536-22-1234", ("US_SSN", "536-22-1234")),
+        ("12 10.0.0.1", ("IP_ADDRESS", "10.0.0.1")),
+        ("TICKET 123456 10.0.0.1", ("IP_ADDRESS", "10.0.0.1")),
+    ],
+)
+def test_an_entity_beside_other_numbers_is_still_found(
+    pii_policy: CompiledPolicy, text: str, expected: tuple[str, str]
+) -> None:
+    """The number run reaches across the spaces into the neighbours; the entity inside it must not
+    be lost (it was: the run as a whole was nothing, so the card or SSN went out in clear)."""
+    assert types(pii_policy, text) == [expected]
+    assert expected[1] not in pii_policy.scan(text, "inbound").message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order 1234 5678 9012 3456 7",  # a Luhn-valid 12-digit window: too short to trust alone
+        "2000-04-16 11 2006-04-07 09",  # dates and hours
+        "4242 4242 4242 4243 12/25",  # fails Luhn
+        "v 1.2.3.4 5",  # a version
+    ],
+)
+def test_pieces_of_a_number_run_are_not_entities_by_chance(pii_policy: CompiledPolicy, text: str) -> None:
+    assert types(pii_policy, text) == []
+
+
 @pytest.mark.parametrize("ssn", ["000-12-3456", "666-12-3456", "912-12-3456", "536-00-1234", "536-22-0000"])
 def test_ssns_the_ssa_never_issues_are_rejected(pii_policy: CompiledPolicy, ssn: str) -> None:
     assert not ssn_ok(ssn.replace("-", ""))
