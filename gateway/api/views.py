@@ -14,7 +14,6 @@ from gateway.store.base import Attempt, Job
 # so a garbage id is a cheap 404 (or a 422 as a list cursor).
 JOB_ID_RE = re.compile(r"job_[0-9a-hjkmnp-tv-z]{26}")
 
-# Statuses whose `error` object is shown when the job recorded one.
 #: The statuses whose `error` is set (CONTRACT §2: `{code, message}` for failed and expired, else null)
 _ERROR_STATUSES = frozenset({JobStatus.FAILED, JobStatus.EXPIRED})
 

@@ -657,6 +657,24 @@ class PostgresStore:
     async def _stop_deliveries(self, c: Any, job_ids: Sequence[str]) -> None:
         await c.execute(Q["cancel_pending_deliveries"], list(job_ids))
 
+    async def _expire_locked(
+        self, c: Any, job_id: str, status: JobStatus, *, now: float, tenant_id: str
+    ) -> None:
+        """A request found the job (locked by the caller, in `status`) past expires_at before the
+        sweeper did: expire it and stop its webhooks, inside the caller's transaction."""
+        await self._transition_stopping(
+            c,
+            job_id,
+            (status, JobStatus.EXPIRED),
+            now=now,
+            owner=None,
+            changes=expiry_changes(status),
+            deliveries=(),
+            claim_for=None,
+            lease=0.0,
+            tenant_id=tenant_id,
+        )
+
     async def _transition_stopping(
         self,
         c: Any,
@@ -780,17 +798,8 @@ class PostgresStore:
                 async with c.transaction():
                     found = await c.fetchrow(Q["lock_job_for_cancel"], job_id, tenant_id)
                     if found is not None and JobStatus(found[1]) not in TERMINAL and found[0] <= now:
-                        await self._transition_stopping(
-                            c,
-                            job_id,
-                            (JobStatus(found[1]), JobStatus.EXPIRED),
-                            now=now,
-                            owner=None,
-                            changes=expiry_changes(JobStatus(found[1])),
-                            deliveries=(),
-                            claim_for=None,
-                            lease=0.0,
-                            tenant_id=tenant_id,
+                        await self._expire_locked(
+                            c, job_id, JobStatus(found[1]), now=now, tenant_id=tenant_id
                         )
                 current = await c.fetchrow(Q["get_job"], job_id, tenant_id)
                 job = None if current is None else _row_to_job_with_summary(current)
@@ -811,18 +820,7 @@ class PostgresStore:
                 if overdue:
                     # Past expires_at but not swept yet: it is expired, not cancellable (409
                     # job_expired), the same answer POST /response gives.
-                    await self._transition_stopping(
-                        c,
-                        job_id,
-                        (JobStatus(found[1]), JobStatus.EXPIRED),
-                        now=now,
-                        owner=None,
-                        changes=expiry_changes(JobStatus(found[1])),
-                        deliveries=(),
-                        claim_for=None,
-                        lease=0.0,
-                        tenant_id=tenant_id,
-                    )
+                    await self._expire_locked(c, job_id, JobStatus(found[1]), now=now, tenant_id=tenant_id)
                 elif found is not None:
                     ok = await self._transition_stopping(
                         c,

@@ -567,6 +567,24 @@ class SqliteStore:
     # ---- transitions ----------------------------------------------------------------------
 
     @staticmethod
+    def _expire_op(
+        c: sqlite3.Connection, job_id: str, status: JobStatus, *, now: float, tenant_id: str | None = None
+    ) -> bool:
+        """`status` -> expired (the sweeper, or a request that finds the job overdue)."""
+        return SqliteStore._transition_op(
+            c,
+            job_id,
+            (status, JobStatus.EXPIRED),
+            now=now,
+            owner=None,
+            changes=expiry_changes(status),
+            deliveries=(),
+            claim_for=None,
+            lease=0.0,
+            tenant_id=tenant_id,
+        )
+
+    @staticmethod
     def _transition_op(
         c: sqlite3.Connection,
         job_id: str,
@@ -681,19 +699,7 @@ class SqliteStore:
             if not ok and row is not None and JobStatus(row[2]) not in TERMINAL and row[15] <= now:
                 # Past expires_at but not swept yet: the 409 says job_expired, so the job says it
                 # too from now on (as a cancel that finds it overdue does), not at the next sweep.
-                status = JobStatus(row[2])
-                self._transition_op(
-                    c,
-                    job_id,
-                    (status, JobStatus.EXPIRED),
-                    now=now,
-                    owner=None,
-                    changes=expiry_changes(status),
-                    deliveries=(),
-                    claim_for=None,
-                    lease=0.0,
-                    tenant_id=tenant_id,
-                )
+                self._expire_op(c, job_id, JobStatus(row[2]), now=now, tenant_id=tenant_id)
                 row = c.execute(Q["get_job"], {"id": job_id, "tenant_id": tenant_id}).fetchone()
             return CasResult(ok, None if row is None else _with_summaries(c, [row])[0])
 
@@ -709,18 +715,7 @@ class SqliteStore:
             if status not in TERMINAL and row[15] <= now:
                 # Past expires_at but not swept yet: it is expired, not cancellable (409 job_expired),
                 # the same answer POST /response gives.
-                self._transition_op(
-                    c,
-                    job_id,
-                    (status, JobStatus.EXPIRED),
-                    now=now,
-                    owner=None,
-                    changes=expiry_changes(status),
-                    deliveries=(),
-                    claim_for=None,
-                    lease=0.0,
-                    tenant_id=tenant_id,
-                )
+                self._expire_op(c, job_id, status, now=now, tenant_id=tenant_id)
             elif status not in TERMINAL:
                 ok = self._transition_op(
                     c,
@@ -852,17 +847,7 @@ class SqliteStore:
         def op(c: sqlite3.Connection) -> list[str]:
             expired = []
             for job_id, status in c.execute(Q["due_expiry"], {"now": now, "limit": limit}).fetchall():
-                if self._transition_op(
-                    c,
-                    job_id,
-                    (JobStatus(status), JobStatus.EXPIRED),
-                    now=now,
-                    owner=None,
-                    changes=expiry_changes(JobStatus(status)),
-                    deliveries=(),
-                    claim_for=None,
-                    lease=0.0,
-                ):
+                if self._expire_op(c, job_id, JobStatus(status), now=now):
                     expired.append(job_id)
             return expired
 
