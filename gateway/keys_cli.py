@@ -9,10 +9,15 @@ import asyncio
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from gateway.crypto import hash_api_key, new_api_key
 from gateway.settings import Settings
 from gateway.store import open_store
+from gateway.store.base import Store
+
+T = TypeVar("T")
 
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -28,25 +33,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     revoke.add_argument("key", nargs="?", default="-", help="the key; '-' or nothing reads it from stdin")
 
 
-async def create_key(settings: Settings, tenant: str) -> str:
+async def _on_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the configured store, do `work` with it, close it."""
     store = open_store(settings)
     await store.open()
     try:
-        key = new_api_key()
-        await store.add_api_key(tenant, hash_api_key(key), time.time())
-        return key
+        return await work(store)
     finally:
         await store.close()
+
+
+async def create_key(settings: Settings, tenant: str) -> str:
+    key = new_api_key()
+    await _on_store(settings, lambda store: store.add_api_key(tenant, hash_api_key(key), time.time()))
+    return key
 
 
 async def revoke_key(settings: Settings, key: str) -> bool:
     """True when a live key was revoked; False when the store has no live key like it."""
-    store = open_store(settings)
-    await store.open()
-    try:
-        return await store.revoke_api_key(hash_api_key(key), time.time())
-    finally:
-        await store.close()
+    return await _on_store(settings, lambda store: store.revoke_api_key(hash_api_key(key), time.time()))
 
 
 def run(args: argparse.Namespace) -> int:
