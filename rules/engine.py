@@ -263,7 +263,8 @@ class RuleSet:
         return REDACTED, apply_edits(text, edits), kept
 
     def _resolve(self, entities: list[Finding]) -> list[Finding]:
-        """Keep the best of overlapping entity readings: longest, then strictest action, then score."""
+        """Keep the best of overlapping entity readings: strictest action (so a flagged reading never
+        hides a redaction or a block, CONTRACT §3), then longest, then score, then rule order."""
         ordered = sorted(entities)
         prev = ordered[0]
         for f in ordered[1:]:
@@ -275,7 +276,7 @@ class RuleSet:
         meta = self._meta
         ranked = sorted(
             set(entities),
-            key=lambda f: (f[0] - f[1], -meta[f[2]][5], -f[3], meta[f[2]][6], f[0]),
+            key=lambda f: (-meta[f[2]][5], f[0] - f[1], -f[3], meta[f[2]][6], f[0]),
         )
         kept: list[Finding] = []
         for f in ranked:

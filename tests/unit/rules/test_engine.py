@@ -94,6 +94,23 @@ def test_overlapping_readings_keep_one_entity(default_policy: CompiledPolicy) ->
     assert verdict.message == "call [CREDIT_CARD]"
 
 
+def test_a_flagged_reading_never_hides_a_stricter_overlapping_one() -> None:
+    # `S3cr3tP4ss@db.internal` reads as an email (longer) and `admin:S3cr3tP4ss` as URL
+    # credentials: the verdict rule (CONTRACT §3) says any redaction redacts, so a flagged email
+    # must not win the overlap and let the password through
+    text = "dsn postgres://admin:S3cr3tP4ss@db.internal/app"
+    flagged = {"packs": ["pii", "secrets"], "actions": {"pii.email": "flag"}}
+    verdict = compile_policy({"outbound": flagged}).scan(text, "outbound")
+    assert verdict.verdict == "redacted"
+    assert "S3cr3tP4ss" not in (verdict.message or "")
+    actions = {"pii.email": "flag", "secrets.url_credentials": "block"}
+    blocking = {"packs": ["pii", "secrets"], "actions": actions}
+    assert compile_policy({"outbound": blocking}).scan(text, "outbound").verdict == "blocked"
+    flag_secret = {"packs": ["pii", "secrets"], "actions": {"secrets.url_credentials": "flag"}}
+    verdict = compile_policy({"outbound": flag_secret}).scan(text, "outbound")
+    assert verdict.verdict == "redacted" and "[EMAIL_ADDRESS]" in (verdict.message or "")
+
+
 def test_overlapping_redactions_merge_without_leaking() -> None:
     policy = compile_policy(
         {

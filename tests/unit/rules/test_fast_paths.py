@@ -128,7 +128,7 @@ def _resolve_reference(
     rules: RuleSet, entities: list[tuple[int, int, str, float]]
 ) -> list[tuple[int, int, str, float]]:
     meta = rules._meta
-    ranked = sorted(set(entities), key=lambda f: (f[0] - f[1], -meta[f[2]][5], -f[3], meta[f[2]][6], f[0]))
+    ranked = sorted(set(entities), key=lambda f: (-meta[f[2]][5], f[0] - f[1], -f[3], meta[f[2]][6], f[0]))
     kept: list[tuple[int, int, str, float]] = []
     for f in ranked:
         if all(f[1] <= k[0] or k[1] <= f[0] for k in kept):
