@@ -21,6 +21,7 @@ from rules.detectors.custom import CustomDetector
 from rules.detectors.injection import InjectionDetector
 from rules.detectors.pii import DEFAULT_PHONE_REGIONS, PiiDetector
 from rules.detectors.secrets import SecretsDetector
+from rules.detectors.unhide import normalize, tricky_texts
 from rules.detectors.unicode import UnicodeDetector
 from rules.model import (
     ALLOWED,
@@ -42,6 +43,10 @@ from rules.redact import Edit, apply_edits
 #: number is also phone-shaped): where they overlap, only the best reading is reported.
 _ENTITY_CATEGORIES = frozenset({"pii", "secrets"})
 
+#: Packs that look for an exact spelling (an address, a key, a tenant's keyword), which an
+#: invisible character or a look-alike letter inside it would break.
+_UNHIDE_CATEGORIES = frozenset({"pii", "secrets", "custom"})
+
 _SHARED: dict[str, Any] = {}
 
 #: What a rule set decided about one text before it becomes a `Verdict`: the verdict, the
@@ -60,7 +65,7 @@ def _shared(key: str, factory: Any) -> Any:
 class RuleSet:
     """One direction's compiled rules."""
 
-    __slots__ = ("_actions", "_detectors", "_info", "_meta", "_order", "spec", "threshold")
+    __slots__ = ("_actions", "_detectors", "_info", "_meta", "_order", "_unhide", "spec", "threshold")
 
     def __init__(self, spec: RuleSetSpec) -> None:
         self.spec = spec
@@ -100,6 +105,9 @@ class RuleSet:
                 info[rule.id] = rule
                 actions[rule.id] = spec.action_for(rule)
         self._detectors = tuple(d for d in detectors if any(actions[r.id] != OFF for r in d.rules))
+        # detectors that also scan a text with its Unicode tricks undone (`_unhidden`); the
+        # injection detector normalises on its own, the unicode pack looks for the tricks
+        self._unhide = tuple(d for d in self._detectors if d.category in _UNHIDE_CATEGORIES)
         self._info = info
         self._actions = actions
         self._order = {rule_id: i for i, rule_id in enumerate(info)}
@@ -136,6 +144,8 @@ class RuleSet:
         findings: list[Finding] = []
         for detector in detectors:
             findings += detector.find(doc)
+        if not doc.ascii and self._unhide and tricky_texts(doc):
+            findings += self._unhidden(doc.text)
         if not findings:
             return Verdict(ALLOWED, text, ())
         decision = self._decide(text, findings)
@@ -165,11 +175,17 @@ class RuleSet:
         findings: list[Finding] = []
         for detector in self._detectors:
             findings.extend(detector.find(doc))
-        if not findings:
+        tricky = tricky_texts(doc) if not doc.ascii and self._unhide else ()
+        if not findings and not tricky:
             return {}
+        grouped = self._split(doc, findings, texts) if findings else {}
+        for i in tricky:
+            unhidden = self._unhidden(doc.segments[i])
+            if unhidden:
+                grouped[i] = grouped.get(i, []) + unhidden
         decisions: dict[int, Decision] = {}
         decide = self._decide
-        for i, local in self._split(doc, findings, texts).items():
+        for i, local in grouped.items():
             decision = decide(texts[i], local)
             if decision is not None:
                 decisions[i] = decision
@@ -209,6 +225,18 @@ class RuleSet:
             else:
                 grouped.pop(i, None)
         return grouped
+
+    def _unhidden(self, text: str) -> list[Finding]:
+        """What the exact-spelling packs find in `text` once its Unicode tricks are undone
+        (`bob\u200b@example.com`, a key spelled in full-width letters), as spans of `text`: a span
+        covers the hidden characters inside it, so redacting it leaves none of the entity."""
+        norm, index = normalize(text)
+        doc = Doc.single(norm)
+        out: list[Finding] = []
+        for detector in self._unhide:
+            for s, e, rule, score in detector.find(doc):
+                out.append((index[s], index[max(s, e - 1)] + 1, rule, score))
+        return out
 
     def _verdict(self, text: str, findings: list[Finding]) -> Verdict:
         decision = self._decide(text, findings)

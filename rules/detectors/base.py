@@ -81,6 +81,7 @@ class Doc:
         "_last_char",
         "_lower",
         "_nonascii",
+        "_tricky",
         "_view",
         "ascii",
         "ends",
@@ -95,6 +96,7 @@ class Doc:
         self.ascii: bool = text.isascii()
         self._data: bytes | None = _utf8
         self._nonascii: tuple[Doc, list[int]] | None = None
+        self._tricky: list[int] | None = None  # see `rules.detectors.unhide.tricky_texts`
         if not self.ascii and _utf8 is None:
             if len(segments) == 1:
                 try:
@@ -158,6 +160,7 @@ class Doc:
         doc._last_char = {}
         doc._lower = None
         doc._nonascii = None
+        doc._tricky = None
         return doc
 
     def nonascii(self) -> tuple[Doc, list[int]]:
