@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
+
+_EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 # name -> (module, configure function, run function, help)
 _COMMANDS: dict[str, tuple[str, str, str, str]] = {
@@ -52,7 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser(args_list)
     args = parser.parse_args(args_list)
-    code: int = getattr(importlib.import_module(args._module), args._runner)(args)
+    try:
+        code: int = getattr(importlib.import_module(args._module), args._runner)(args)
+    except BrokenPipeError:
+        # whoever reads our output went away (`gateway filter --jsonl < big.jsonl | head -1`):
+        # stop quietly, as `cat` does, with the status a shell gives for SIGPIPE; what is still
+        # buffered for standard output goes nowhere instead of failing again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _EXIT_BROKEN_PIPE
     return code
 
 

@@ -37,6 +37,7 @@ from rules import CompiledPolicy, PolicyError, Verdict, load_policy_file
 from rules.engine import Decision, RuleSet
 
 _READ_SIZE = 1 << 20  # bytes per read: one batch is whatever complete lines this brings
+_IDLE_POLL_SECONDS = 0.002  # input idle, work out in the workers: how often to look at both
 _WARM_SIZE = 1 << 18  # bulk input: bytes scanned before the worker processes are forked
 #: Bulk input: the collector's first threshold. A batch allocates tens of thousands of short-lived
 #: objects (texts, findings) that reference counting frees; the default (700) collected many
@@ -297,10 +298,7 @@ def _batches(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     gets an answer per line, bulk input is scanned a megabyte at a time.
     """
     read = getattr(source, "read1", source.read)
-    try:
-        fd: int | None = source.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None
+    fd = _fileno(source)
     pending = b""
     line_no = 1
     while True:
@@ -328,6 +326,14 @@ def _batches(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         yield line_no, pending
 
 
+def _fileno(source: IO[bytes]) -> int | None:
+    """The descriptor to ask whether input is waiting; None for in-memory input (never waits)."""
+    try:
+        return source.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _readable(fd: int) -> bool:
     """Whether more input is there right now (so reading it will not wait for the writer)."""
     try:
@@ -351,7 +357,9 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
     rules = policy.rule_set(args.direction)
     out = sys.stdout.buffer
     bad = blocked = 0
-    batches = _batches(sys.stdin.buffer)
+    source = sys.stdin.buffer
+    batches = _batches(source)
+    fd = _fileno(source)
     workers = _worker_count(args.workers)
     pool: Any = None
     pending: deque[Any] = deque()
@@ -384,7 +392,15 @@ def _run_jsonl(policy: CompiledPolicy, args: argparse.Namespace) -> int:
                 blocked += result.blocked
                 continue
             pending.append(pool.apply_async(_work, (first, chunk)))
-            while len(pending) >= 2 * workers or (pending and pending[0].ready()):
+            # Write what is done; wait for the rest only while no more input is there: a writer
+            # that sends a line and waits for its answer must get it without sending more.
+            while pending:
+                head = pending[0]
+                if len(pending) < 2 * workers and not head.ready():
+                    if fd is None or _readable(fd):
+                        break
+                    head.wait(_IDLE_POLL_SECONDS)
+                    continue
                 result = pending.popleft().get()
                 out.write(result.output)
                 out.flush()

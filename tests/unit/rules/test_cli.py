@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from gateway.cli import main
 
 REPO = Path(__file__).resolve().parents[3]
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; Python 3.10+ names it
 
 
 class _Stdin:
@@ -159,3 +165,80 @@ def test_bulk_input_keeps_line_numbers_across_the_first_in_process_part() -> Non
     for i, result in enumerate(results):
         if i != bad:
             assert result["message"] == f"row {i} mail [EMAIL_ADDRESS]"
+
+
+def _lines_from(stream: IO[bytes], count: int, timeout: float) -> list[dict[str, object]]:
+    """`count` JSON lines from a child's output, failing (not hanging) after `timeout` seconds."""
+    got: list[dict[str, object]] = []
+    reader = threading.Thread(target=lambda: got.extend(json.loads(stream.readline()) for _ in range(count)))
+    reader.daemon = True
+    reader.start()
+    reader.join(timeout)
+    assert not reader.is_alive(), f"only {len(got)} of {count} answers within {timeout} s"
+    return got
+
+
+def test_workers_answer_each_line_while_the_writer_waits() -> None:
+    """Bulk input starts the worker processes; a writer that then sends one line and waits for
+    its answer (stdin still open) gets it: nothing is held back until more input or EOF."""
+    gateway = Path(sys.executable).with_name("gateway")
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, _F_SETPIPE_SZ, 1 << 20)  # the bulk part arrives as one read
+    bulk = [json.dumps({"text": f"row {i} mail user{i}@example.com"}) for i in range(16_000)]
+    payload = ("\n".join(bulk) + "\n").encode()
+    assert 600_000 < len(payload) < 1 << 20  # over half a read: workers start
+    os.write(write_end, payload)
+    proc = subprocess.Popen(
+        [str(gateway), "filter", "--direction", "inbound", "--jsonl", "--workers", "2"],
+        stdin=read_end,
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+    )
+    os.close(read_end)
+    try:
+        assert proc.stdout is not None
+        answers = _lines_from(proc.stdout, len(bulk), 60)
+        assert answers[-1]["message"] == f"row {len(bulk) - 1} mail [EMAIL_ADDRESS]"
+        for n in range(3):
+            os.write(write_end, json.dumps({"text": f"ping {n} bob@example.com"}).encode() + b"\n")
+            (answer,) = _lines_from(proc.stdout, 1, 10)
+            assert answer["message"] == f"ping {n} [EMAIL_ADDRESS]"
+    finally:
+        os.close(write_end)
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert proc.returncode == 0
+
+
+def test_a_reader_that_goes_away_is_a_quiet_sigpipe_exit() -> None:
+    """`gateway filter --jsonl < big | head -1`: exit 141 as `cat` would, no traceback."""
+    gateway = Path(sys.executable).with_name("gateway")
+    payload = "".join(json.dumps({"text": f"row {i} a@example.com"}) + "\n" for i in range(50_000)).encode()
+    for workers in ("1", "2"):
+        proc = subprocess.Popen(
+            [str(gateway), "filter", "--direction", "inbound", "--jsonl", "--workers", workers],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        feeder = threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True)
+        feeder.start()
+        assert json.loads(proc.stdout.readline())["message"] == "row 0 [EMAIL_ADDRESS]"
+        proc.stdout.close()  # the reader is gone
+        assert proc.wait(timeout=60) == 141
+        feeder.join(10)
+        assert proc.stderr.read() == b""
+        proc.stderr.close()
+
+
+def _feed(stdin: IO[bytes], payload: bytes) -> None:
+    try:
+        stdin.write(payload)
+    except OSError:  # the child stopped reading: expected here
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
