@@ -32,7 +32,8 @@ _ALWAYS = frozenset({S.EXPIRED, S.CANCELLED})
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     S.PROCESSING_INBOUND: frozenset({S.INBOUND_BLOCKED, S.AWAITING_RESPONSE, S.PROCESSING_OUTBOUND})
     | _ALWAYS,
-    S.AWAITING_RESPONSE: frozenset({S.PROCESSING_OUTBOUND}) | _ALWAYS,
+    # -> failed: its `job.awaiting_response` webhook got a 410 or was refused (CONTRACT §4)
+    S.AWAITING_RESPONSE: frozenset({S.PROCESSING_OUTBOUND, S.FAILED}) | _ALWAYS,
     S.PROCESSING_OUTBOUND: frozenset({S.OUTBOUND_BLOCKED, S.DELIVERING}) | _ALWAYS,
     S.DELIVERING: frozenset({S.COMPLETED, S.FAILED}) | _ALWAYS,
     S.INBOUND_BLOCKED: frozenset(),

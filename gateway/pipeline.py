@@ -36,13 +36,19 @@ log = logging.getLogger("gateway.pipeline")
 
 S = JobStatus
 _CLAIM_BATCH = 256
+_COMPLETED = WebhookEvent.COMPLETED.value
+#: A 410 or a refused URL: the job moves (from the status its webhook announced) to failed.
+_FAILS_JOB: dict[str, tuple[JobStatus, ...]] = {
+    _COMPLETED: (S.DELIVERING, S.FAILED),
+    WebhookEvent.AWAITING_RESPONSE.value: (S.AWAITING_RESPONSE, S.FAILED),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class _Decision:
     state: DeliveryState
     next_at: float | None
-    job_tail: tuple[JobStatus, ...]  # statuses the job moves on to after `delivering`
+    job_path: tuple[JobStatus, ...] | None  # the job's move, e.g. delivering -> completed
     job_changes: JobChanges
 
 
@@ -328,15 +334,20 @@ class Pipeline:
         self.rt.metrics.webhook_seconds.observe(result.duration_ms / 1000)
         return result
 
-    def _decide(
-        self, result: AttemptResult, attempt_no: int, deadline: float, final_event: bool
-    ) -> _Decision:
-        """What an attempt's result means: the delivery's next state, when to retry, and (for the
-        final `job.completed` webhook) where the job goes."""
+    def _decide(self, result: AttemptResult, attempt_no: int, deadline: float, event: str) -> _Decision:
+        """What an attempt's result means: the delivery's next state, when to retry, and where the
+        job goes: the final `job.completed` webhook completes or fails it; a 410 or a refusal of
+        the `job.awaiting_response` one fails it too (its final webhook, to the same URL, could
+        only end the same way), while that notice's retries running out leave it waiting (the
+        backend can still read the job and answer)."""
         now = self.rt.clock.now()
+        final_event = event == _COMPLETED
         if result.outcome == "success":
             return _Decision(
-                DeliveryState.SUCCEEDED, None, (S.COMPLETED,) if final_event else (), JobChanges()
+                DeliveryState.SUCCEEDED,
+                None,
+                (S.DELIVERING, S.COMPLETED) if final_event else None,
+                JobChanges(),
             )
         if result.outcome in ("gone", "refused"):
             gone = result.outcome == "gone"
@@ -352,29 +363,37 @@ class Pipeline:
                 if gone
                 else f"the webhook URL was refused ({result.error})",
             )
-            return _Decision(DeliveryState.FAILED, None, (S.FAILED,) if final_event else (), changes)
+            path = _FAILS_JOB.get(event)
+            return _Decision(DeliveryState.FAILED, None, path, changes)
         delay = next_delay(
             attempt_no, self.settings.webhook_retry_schedule, self.settings.webhook_retry_jitter, self._rng
         )
         if delay is not None and result.retry_after is not None:
             delay = min(max(result.retry_after, 0.0), self.settings.webhook_max_retry_after_seconds)
         if delay is not None and now + delay < deadline:
-            return _Decision(DeliveryState.PENDING, now + delay, (), JobChanges())
+            return _Decision(DeliveryState.PENDING, now + delay, None, JobChanges())
         why = "every retry was used" if delay is None else "the next retry would pass expires_at"
         changes = JobChanges(
             error_code="webhook_failed",
             error_message=f"delivery failed after {attempt_no} attempts ({why});"
             f" last error: {result.error or result.status_code}",
         )
-        return _Decision(DeliveryState.FAILED, None, (S.FAILED,) if final_event else (), changes)
+        return _Decision(
+            DeliveryState.FAILED, None, (S.DELIVERING, S.FAILED) if final_event else None, changes
+        )
 
     async def _deliver(self, d: Delivery) -> None:
         rt = self.rt
         started = rt.clock.now()
+        if started >= d.deadline:
+            # Never past expires_at (CONTRACT §4): a webhook that comes due too late (its worker
+            # was down, the queue was long) is not sent, and its job expires as the sweeper would
+            # have it, instead of failing on an attempt that should not have been made.
+            await rt.store.drop_overdue_delivery(d.id, d.job_id, d.tenant_id, owner=self.owner, now=started)
+            return
         result = await self._send(d.job_id, d.id, d.url, d.body, d.secret_enc, d.signing_key_enc)
         attempt_no = d.attempts + 1
-        final_event = d.event == WebhookEvent.COMPLETED.value
-        decision = self._decide(result, attempt_no, d.deadline, final_event)
+        decision = self._decide(result, attempt_no, d.deadline, d.event)
         attempt = Attempt(
             delivery_id=d.id,
             job_id=d.job_id,
@@ -387,7 +406,7 @@ class Pipeline:
             response_excerpt=result.response_excerpt,
             next_attempt_at=decision.next_at,
         )
-        job_path = [S.DELIVERING, *decision.job_tail] if decision.job_tail else None
+        job_path = decision.job_path
         ok = await rt.store.record_attempt(
             attempt,
             owner=self.owner,
@@ -402,10 +421,9 @@ class Pipeline:
             self._wake_deliveries_at(decision.next_at)
 
     def _wake_deliveries_at(self, when: float) -> None:
-        """A retry due before the next poll: hint a claim right when it falls due."""
+        """Hint a claim right when a retry falls due. Waiting for the next poll would make it up to
+        a poll interval late, which with a short schedule is more than its jitter allows."""
         delay = when - self.rt.clock.now()
-        if delay >= self.settings.poll_interval_seconds:
-            return
         loop = asyncio.get_running_loop()
         handle: asyncio.TimerHandle
 

@@ -286,6 +286,15 @@ class Store(Protocol):
         `job_path` to the job (e.g. delivering -> completed). False when the lease was lost."""
         ...
 
+    async def drop_overdue_delivery(
+        self, delivery_id: str, job_id: str, tenant_id: str, *, owner: str, now: float
+    ) -> bool:
+        """A webhook `owner` holds came due only after its job's `expires_at` (a worker was down
+        or late): it is not sent. A job that is not finished yet expires here, as the sweeper
+        would expire it, which stops this webhook and the job's others; else (a blocked job's
+        notice) the webhook alone ends `failed`. False when nothing changed (the lease was lost)."""
+        ...
+
     # sweeper and health
     async def expire_due(self, *, now: float, limit: int) -> list[str]: ...
     async def purge_finished(self, *, before: float, limit: int) -> int: ...

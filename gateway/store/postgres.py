@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -39,6 +40,7 @@ from gateway.jobs import (
     TERMINAL,
     DeliveryState,
     JobStatus,
+    WebhookEvent,
     check_path,
 )
 from gateway.store.base import (
@@ -783,12 +785,24 @@ class PostgresStore:
             unexpired=True,
             returning=_JOB_COLS,
         )
-        sql = f"WITH j AS ({update}) SELECT {_J_JOB_COLS}, {_SUMMARY_COLS} FROM j {_SUMMARY_JOIN}"
+        # the answer makes the job's `job.awaiting_response` notice moot: a retry of it still
+        # pending would reach the receiver after the job moved on (even after job.completed)
+        notice = a(WebhookEvent.AWAITING_RESPONSE.value, "text")
+        sql = (
+            f"WITH j AS ({update}), n AS (UPDATE deliveries SET state = 'cancelled', due_at = NULL,"
+            f" next_attempt_at = NULL WHERE job_id = (SELECT id FROM j) AND state = 'pending'"
+            f" AND event = {notice}) SELECT {_J_JOB_COLS}, {_SUMMARY_COLS} FROM j {_SUMMARY_JOIN}"
+        )
 
         async def op(c: Any) -> CasResult:
             row = await c.fetchrow(sql, *a.values)
             if row is not None:
-                return CasResult(True, _row_to_job_with_summary(row))
+                answered = _row_to_job_with_summary(row)
+                if answered.delivery is not None:  # the summary read the notice before `n` stopped it
+                    answered = dataclasses.replace(
+                        answered, delivery=dataclasses.replace(answered.delivery, next_attempt_at=None)
+                    )
+                return CasResult(True, answered)
             # lost the CAS: report the job as it is now (a new statement, so the newest version)
             current = await c.fetchrow(Q["get_job"], job_id, tenant_id)
             job = None if current is None else _row_to_job_with_summary(current)
@@ -839,6 +853,20 @@ class PostgresStore:
             return CasResult(ok, None if row is None else _row_to_job_with_summary(row))
 
         return await self._run(op)
+
+    async def drop_overdue_delivery(
+        self, delivery_id: str, job_id: str, tenant_id: str, *, owner: str, now: float
+    ) -> bool:
+        async def op(c: Any) -> bool:
+            async with c.transaction():
+                # the job first, as everywhere: a job's lock before its webhooks'
+                found = await c.fetchrow(Q["lock_job_for_cancel"], job_id, tenant_id)
+                if found is not None and JobStatus(found[1]) not in TERMINAL and found[0] <= now:
+                    await self._expire_locked(c, job_id, JobStatus(found[1]), now=now, tenant_id=tenant_id)
+                    return True
+                return _rowcount(await c.execute(Q["fail_overdue_delivery"], delivery_id, owner)) == 1
+
+        return bool(await self._run(op))
 
     # ---- workers --------------------------------------------------------------------------
 

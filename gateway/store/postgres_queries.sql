@@ -211,5 +211,9 @@ SELECT name, source, updated_at FROM policies WHERE tenant_id = $1 ORDER BY name
 -- name: delete_policy
 DELETE FROM policies WHERE tenant_id = $1 AND name = $2
 
+-- name: fail_overdue_delivery
+UPDATE deliveries SET state = 'failed', due_at = NULL, next_attempt_at = NULL, lease_owner = NULL
+ WHERE id = $1 AND lease_owner = $2 AND state = 'pending'
+
 -- name: lock_job_for_cancel
 SELECT expires_at, status FROM jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE

@@ -23,6 +23,7 @@ from gateway.jobs import (
     TERMINAL,
     DeliveryState,
     JobStatus,
+    WebhookEvent,
     check_path,
 )
 from gateway.store.base import (
@@ -60,6 +61,7 @@ _Q = load_queries("gateway.store", "sqlite_queries.sql")
 _JOB_COLS = " ".join(_Q["job_columns"].split())
 _DELIVERY_COLS = " ".join(_Q["delivery_columns"].split())
 Q = {k: v.replace("{job_columns}", _JOB_COLS) for k, v in _Q.items()}
+_NOTICE = WebhookEvent.AWAITING_RESPONSE.value
 
 _MAX_BATCH = 512
 # A write carrying more text than this (a job's messages, verdicts and webhook bodies) runs with its
@@ -695,6 +697,8 @@ class SqliteStore:
                 tenant_id=tenant_id,
                 extra_where=" AND expires_at > :now",
             )
+            if ok:  # the answer makes the `job.awaiting_response` notice moot: stop its retries
+                c.execute(Q["cancel_pending_notice"], {"job_id": job_id, "event": _NOTICE})
             row = c.execute(Q["get_job"], {"id": job_id, "tenant_id": tenant_id}).fetchone()
             if not ok and row is not None and JobStatus(row[2]) not in TERMINAL and row[15] <= now:
                 # Past expires_at but not swept yet: the 409 says job_expired, so the job says it
@@ -838,6 +842,18 @@ class SqliteStore:
                     lease=0.0,
                 )
             return True
+
+        return await self._write(op)
+
+    async def drop_overdue_delivery(
+        self, delivery_id: str, job_id: str, tenant_id: str, *, owner: str, now: float
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            row = c.execute(Q["job_expiry_state"], {"id": job_id}).fetchone()
+            if row is not None and JobStatus(row[0]) not in TERMINAL and row[1] <= now:
+                return self._expire_op(c, job_id, JobStatus(row[0]), now=now)
+            cur = c.execute(Q["fail_overdue_delivery"], {"id": delivery_id, "owner": owner})
+            return cur.rowcount == 1
 
         return await self._write(op)
 

@@ -82,6 +82,17 @@ SELECT a.delivery_id, a.job_id, a.event, a.attempt, a.started_at, a.duration_ms,
 UPDATE deliveries SET state = 'cancelled', due_at = NULL, next_attempt_at = NULL
  WHERE job_id = :job_id AND state = 'pending'
 
+-- name: fail_overdue_delivery
+UPDATE deliveries SET state = 'failed', due_at = NULL, next_attempt_at = NULL, lease_owner = NULL
+ WHERE id = :id AND lease_owner = :owner AND state = 'pending'
+
+-- name: job_expiry_state
+SELECT status, expires_at FROM jobs WHERE id = :id
+
+-- name: cancel_pending_notice
+UPDATE deliveries SET state = 'cancelled', due_at = NULL, next_attempt_at = NULL
+ WHERE job_id = :job_id AND state = 'pending' AND event = :event
+
 -- name: due_expiry
 SELECT id, status FROM jobs WHERE finished_at IS NULL AND expires_at <= :now ORDER BY expires_at LIMIT :limit
 

@@ -203,6 +203,42 @@ async def test_gone_stops_at_once(server: Server, receiver: Receiver) -> None:
         assert len(receiver.for_job(job["job_id"])) == 1
 
 
+async def test_gone_on_the_awaiting_response_notice_fails_the_job(server: Server, receiver: Receiver) -> None:
+    """A 410 stops delivery at once (CONTRACT §4), whichever webhook got it: the separate-mode
+    job does not sit in awaiting_response until it expires, and takes no response after."""
+    async with server.client() as c:
+        job = await create(c, message_input="hi", webhook_url=f"{receiver.base}/status/410")
+        done = await wait_status(c, job["job_id"], TERMINAL)
+        assert done["status"] == "failed" and done["error"]["code"] == "webhook_gone"
+        r = await c.post(f"/v1/jobs/{job['job_id']}/response", json={"message_output": "late"})
+        assert r.status_code == 409
+        assert [orjson.loads(h.body)["event"] for h in receiver.for_job(job["job_id"])] == [
+            "job.awaiting_response"
+        ]
+
+
+async def test_an_answer_stops_the_retries_of_the_awaiting_response_notice(
+    server: Server, receiver: Receiver
+) -> None:
+    """The notice fails (500 three times per webhook, then 200) and is waiting to be retried
+    when the backend, polling, answers: no stale notice reaches the receiver after the answer,
+    least of all after job.completed."""
+    async with server.client() as c:
+        job = await create(c, message_input="hi", webhook_url=f"{receiver.base}/flaky/3")
+        await eventually(lambda: _first(receiver, job["job_id"]), what="the first notice attempt")
+        r = await c.post(f"/v1/jobs/{job['job_id']}/response", json={"message_output": "hello"})
+        assert r.status_code == 202, r.text
+        assert r.json()["delivery"]["next_attempt_at"] is None  # the notice's retry is off
+        answered = time.time()
+        done = await wait_status(c, job["job_id"], TERMINAL)
+        assert done["status"] == "completed"
+        await asyncio.sleep(2.0)  # past every retry the notice had (0.3, 0.6, 0.9 s)
+        hooks = receiver.for_job(job["job_id"])
+        late = [h.at - answered for h in hooks if orjson.loads(h.body)["event"] == "job.awaiting_response"]
+        assert all(t < 0.25 for t in late), late  # at most one attempt in flight at the answer
+        assert orjson.loads(hooks[-1].body)["event"] == "job.completed"
+
+
 async def test_retry_after_is_honoured(server: Server, receiver: Receiver) -> None:
     async with server.client() as c:
         job = await create(

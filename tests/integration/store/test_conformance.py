@@ -199,6 +199,88 @@ async def test_a_response_to_a_job_past_expires_at_expires_it(store: Store) -> N
     assert other.job is None
 
 
+async def test_a_response_stops_the_retries_of_its_awaiting_response_notice(store: Store) -> None:
+    """The notice was failing and retrying when the backend answered (it polled the job): the
+    retry must not reach the receiver after the job moved on, perhaps after job.completed."""
+    now = time.time()
+    job_id = await create(store, new_job(now=now))
+    other_id = await create(store, new_job(now=now))
+    notices = [
+        NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
+        for _ in "ab"
+    ]
+    for jid, notice in zip((job_id, other_id), notices, strict=True):
+        assert await store.transition(
+            jid, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
+        )
+    claimed = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
+    for d in claimed:  # both failed once, retry in 5 s
+        failed = Attempt(d.id, d.job_id, d.event, 1, now, 1.0, 500, "http_500", "", now + 5)
+        assert await store.record_attempt(failed, owner="w1", state=DeliveryState.PENDING, now=now)
+    answered = await store.submit_response("t1", job_id, "out", now=now + 1, claim_for=None, lease=LEASE)
+    assert answered.ok and answered.job is not None and answered.job.delivery is not None
+    assert answered.job.delivery.next_attempt_at is None  # what the 202 shows: no retry to come
+    due = await store.claim_deliveries("w1", now=now + 6, lease=LEASE, limit=10)
+    assert [d.id for d in due] == [notices[1].id]  # only the unanswered job's notice retries
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.delivery is not None and job.delivery.next_attempt_at is None
+
+
+async def test_a_410_to_the_awaiting_response_notice_fails_the_job(store: Store) -> None:
+    now = time.time()
+    job_id = await create(store, new_job(now=now))
+    notice = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
+    )
+    [d] = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
+    gone = Attempt(d.id, job_id, d.event, 1, now, 1.0, 410, "http_410", "", None)
+    changes = JobChanges(error_code="webhook_gone", error_message="gone")
+    assert await store.record_attempt(
+        gone,
+        owner="w1",
+        state=DeliveryState.FAILED,
+        now=now,
+        job_path=[S.AWAITING_RESPONSE, S.FAILED],
+        job_changes=changes,
+    )
+    job = await store.get_job("t1", job_id)
+    assert job is not None and job.status is S.FAILED and job.error_code == "webhook_gone"
+    late = await store.submit_response("t1", job_id, "out", now=now + 1, claim_for=None, lease=LEASE)
+    assert not late.ok
+
+
+async def test_an_overdue_webhook_is_dropped_and_its_job_expires(store: Store) -> None:
+    """A retry that came due before expires_at but was claimed after it (its worker was down):
+    not sent; an unfinished job expires with it, a finished job's notice alone ends failed."""
+    now = time.time()
+    waiting = await create(store, new_job(now=now, ttl=100))
+    notice = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 100)
+    assert await store.transition(
+        waiting, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
+    )
+    blocked = await create(store, new_job(now=now, ttl=100))
+    blocked_notice = NewDelivery(ids.webhook_id(), "job.inbound_blocked", "http://r.test/", b"{}", now + 100)
+    assert await store.transition(
+        blocked, [S.PROCESSING_INBOUND, S.INBOUND_BLOCKED], now=now, deliveries=[blocked_notice]
+    )
+    claimed = {d.job_id: d for d in await store.claim_deliveries("w1", now=now + 101, lease=LEASE, limit=10)}
+    assert set(claimed) == {waiting, blocked}
+    for d in claimed.values():  # another worker cannot drop what w1 holds
+        assert not await store.drop_overdue_delivery(d.id, d.job_id, "t1", owner="w2", now=now + 101) or (
+            d.job_id == waiting  # (an unfinished overdue job expires whoever asks, as a sweep would)
+        )
+    assert await store.drop_overdue_delivery(claimed[blocked].id, blocked, "t1", owner="w1", now=now + 101)
+    job = await store.get_job("t1", waiting)
+    assert job is not None and job.status is S.EXPIRED and job.error_code == "job_expired"
+    assert job.delivery is not None and job.delivery.next_attempt_at is None
+    job = await store.get_job("t1", blocked)
+    assert job is not None and job.status is S.INBOUND_BLOCKED
+    assert job.delivery is not None and job.delivery.next_attempt_at is None
+    assert await store.claim_deliveries("w1", now=now + 500, lease=LEASE, limit=10) == []
+    assert await store.list_attempts("t1", waiting) == [] and await store.list_attempts("t1", blocked) == []
+
+
 async def test_cancel_stops_pending_deliveries(store: Store) -> None:
     now = time.time()
     job_id = await create(store)

@@ -440,11 +440,11 @@ async def test_notify_only_for_work_no_local_worker_took(
                 job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook(now)]
             )
         ) == ["deliveries"]
+        [d] = await a.claim_deliveries("w2", now=now, lease=LEASE, limit=10)
+        assert await sent_by(lambda: a.release_leases("w2", [], [d.id], now=now)) == ["deliveries"]
         assert await sent_by(
             lambda: a.submit_response("t1", job_id, "out", now=now, claim_for=None, lease=LEASE)
         ) == ["jobs"]
-        [d] = await a.claim_deliveries("w2", now=now, lease=LEASE, limit=10)
-        assert await sent_by(lambda: a.release_leases("w2", [], [d.id], now=now)) == ["deliveries"]
     finally:
         await conn.close()
 
