@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
@@ -33,15 +34,38 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: 19 digits or more: the only way to write an integer orjson cannot hold (beyond -2**63..2**64-1)
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def _check_wide_integers(raw: bytes, parsed: Any) -> None:
+    """orjson reads an integer beyond 64 bits as a float, silently: metadata would come back
+    changed (123456789012345678901234567890 as 1.2345678901234568e+29). The stdlib keeps it exact;
+    where the two readings differ, such an integer was there, and it is refused, not altered."""
+    try:
+        exact = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # not for the stdlib to judge: keep orjson's reading
+        return
+    if exact != parsed:
+        raise invalid(
+            "the request body holds an integer beyond 64 bits, which would not come back exactly;"
+            " send it as a string"
+        )
+
+
 def parse_json(raw: bytes) -> Any:
     """Parse a body; malformed JSON is a 400. A string with a lone surrogate escape is valid JSON
     that orjson refuses, so those bodies are parsed again with the stdlib to answer 422 instead."""
     if not raw.strip():
         raise invalid("the request body is empty; send a JSON object", status=400)
     try:
-        return orjson.loads(raw)
+        parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         first_error = str(exc)
+    else:
+        if _LONG_NUMBER.search(raw) is not None:
+            _check_wide_integers(raw, parsed)
+        return parsed
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, RecursionError):

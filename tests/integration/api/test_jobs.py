@@ -87,6 +87,23 @@ async def test_create_returns_202_location_and_secret(gw: Gateway, tenant: Tenan
     assert not _on_disk(secret.encode(), db, db.with_name(db.name + "-wal"))
 
 
+async def test_metadata_integers_come_back_exactly_or_are_refused(gw: Gateway, tenant: Tenant) -> None:
+    """An integer beyond 64 bits would be read as a float and echoed changed: it is a 422 (send it
+    as a string), and the widest integers that fit come back digit for digit."""
+    headers = {"content-type": "application/json"}
+    wide = b'{"message_input": "hi", "metadata": {"id": 123456789012345678901234567890}}'
+    r = await tenant.http.post("/v1/jobs", content=wide, headers=headers)
+    error = assert_error(r, 422, "invalid_argument")
+    assert "64 bits" in error["message"]
+    listed = await tenant.http.get("/v1/jobs")
+    assert listed.json()["jobs"] == []  # nothing was created
+    edge = b'{"message_input": "hi", "metadata": {"max": 18446744073709551615, "min": -9223372036854775808}}'
+    r = await tenant.http.post("/v1/jobs", content=edge, headers=headers)
+    assert r.status_code == 202, r.text
+    got = await tenant.http.get(f"/v1/jobs/{r.json()['job_id']}")
+    assert b'"max":18446744073709551615' in got.content and b'"min":-9223372036854775808' in got.content
+
+
 async def test_create_combined_and_legacy_message(gw: Gateway, tenant: Tenant) -> None:
     combined = await create(tenant, message_output="the answer")
     assert combined["mode"] == "combined"
