@@ -438,9 +438,10 @@ def _worker_count(requested: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def _list_rules(policy: CompiledPolicy) -> int:
+def _list_rules(policy: CompiledPolicy, only: str | None) -> int:
+    """Every rule of the policy with its action, for both directions or, with --direction, one."""
     listing: dict[str, Any] = {"policy": policy.name, "description": policy.description}
-    for direction in ("inbound", "outbound"):
+    for direction in (only,) if only else ("inbound", "outbound"):
         rules = policy.rule_set(direction)
         listing[direction] = {
             "threshold": rules.threshold,
@@ -460,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
         return loaded
     policy = loaded
     if args.list_rules:
-        return _list_rules(policy)
+        return _list_rules(policy, args.direction)
     if args.direction is None:
         return _error("--direction inbound|outbound is required")
     if args.jsonl:

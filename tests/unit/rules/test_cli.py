@@ -114,6 +114,9 @@ def test_list_rules(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixtu
     inbound = {r["rule"]: r["action"] for r in listing["inbound"]["rules"]}
     assert inbound["pii.email"] == "redact" and inbound["prompt_injection.instruction_override"] == "block"
     assert "prompt_injection.role_hijack" not in {r["rule"] for r in listing["outbound"]["rules"]}
+    code, out, _ = run(monkeypatch, capsys, "--list-rules", "--direction", "outbound")
+    only = json.loads(out)
+    assert code == 0 and "inbound" not in only and only["outbound"] == listing["outbound"]
 
 
 def test_direction_is_required(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
