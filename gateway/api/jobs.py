@@ -35,6 +35,7 @@ MAX_METADATA_BYTES = 16 * 1024
 DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 200
 MAX_IDEMPOTENCY_KEY = 255
+MAX_ECHOED_ID = 64  # characters of an unknown job id a 404 repeats
 SIGNATURE_SCHEMES = ("v1", "v1a")
 
 CREATE_FIELDS = frozenset(
@@ -266,10 +267,17 @@ async def create_job(request: Request) -> Response:
     return JSONResponse(_created_body(job, replay_secret, replay_public), status_code=202, headers=headers)
 
 
+def _no_job(job_id: str) -> ApiError:
+    """404 naming the id asked for, cut short: a path can be kilobytes long, and an error message
+    that echoes it whole helps only whoever probes with it."""
+    shown = job_id if len(job_id) <= MAX_ECHOED_ID else job_id[:MAX_ECHOED_ID] + "..."
+    return not_found(f"no job {shown!r}")
+
+
 def _path_job_id(request: Request) -> str:
     job_id: str = request.path_params["job_id"]
     if not is_job_id(job_id):
-        raise not_found(f"no job {job_id!r}")
+        raise _no_job(job_id)
     return job_id
 
 
@@ -278,7 +286,7 @@ async def get_job(request: Request) -> Response:
     job_id = _path_job_id(request)
     job = await runtime_of(request).store.get_job(tenant, job_id)
     if job is None:
-        raise not_found(f"no job {job_id!r}")
+        raise _no_job(job_id)
     return JSONResponse(job_view(job))
 
 
@@ -300,7 +308,7 @@ async def submit_response(request: Request) -> Response:
     )
     job = result.job
     if job is None:
-        raise not_found(f"no job {job_id!r}")
+        raise _no_job(job_id)
     if result.ok:
         runtime.job_ready(job)
         return JSONResponse(job_view(job), status_code=202)
@@ -355,7 +363,7 @@ async def cancel_job(request: Request) -> Response:
     result = await runtime.store.cancel_job(tenant, job_id, now=runtime.clock.now())
     job = result.job
     if job is None:
-        raise not_found(f"no job {job_id!r}")
+        raise _no_job(job_id)
     if result.ok:
         return JSONResponse(job_view(job))
     if job.status is JobStatus.EXPIRED:
@@ -377,6 +385,6 @@ async def list_deliveries(request: Request) -> Response:
     job_id = _path_job_id(request)
     store = runtime_of(request).store
     if await store.get_job(tenant, job_id) is None:
-        raise not_found(f"no job {job_id!r}")
+        raise _no_job(job_id)
     attempts = await store.list_attempts(tenant, job_id)
     return JSONResponse({"attempts": [attempt_view(a) for a in attempts]})

@@ -408,6 +408,15 @@ async def test_deliveries_empty_and_404(tenant: Tenant) -> None:
     assert_error(await tenant.http.get("/v1/jobs/garbage/deliveries"), 404, "not_found")
 
 
+async def test_a_404_does_not_echo_a_long_id_whole(tenant: Tenant) -> None:
+    probe = "x" * 4000
+    for method in ("GET", "DELETE"):
+        error = assert_error(await tenant.http.request(method, f"/v1/jobs/{probe}"), 404, "not_found")
+        assert len(error["message"]) < 100 and error["message"].startswith("no job 'xxxx")
+    short = assert_error(await tenant.http.get("/v1/jobs/job_missing"), 404, "not_found")
+    assert short["message"] == "no job 'job_missing'"
+
+
 # ---- response -------------------------------------------------------------------------------
 
 
