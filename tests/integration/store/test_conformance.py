@@ -51,6 +51,17 @@ async def create(store: Store, job: NewJob | None = None, claim_for: str | None 
     return created.id
 
 
+async def awaiting_with_notice(store: Store, now: float, ttl: float = 3600) -> tuple[str, NewDelivery]:
+    """A new separate-mode job moved to awaiting_response with its pending
+    `job.awaiting_response` webhook (deadline: the job's expires_at); (job id, webhook)."""
+    job_id = await create(store, new_job(now=now, ttl=ttl))
+    notice = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + ttl)
+    assert await store.transition(
+        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
+    )
+    return job_id, notice
+
+
 async def test_create_get_and_tenant_isolation(store: Store) -> None:
     job_id = await create(store)
     job = await store.get_job("t1", job_id)
@@ -182,11 +193,7 @@ async def test_a_response_to_a_job_past_expires_at_expires_it(store: Store) -> N
     """Not swept yet, but overdue: the response is refused and the job is expired there and then
     (its GET agrees with the 409 job_expired at once), its pending webhooks stopped, on every store."""
     now = time.time()
-    job_id = await create(store, new_job(now=now, ttl=100))
-    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 100)
-    assert await store.transition(
-        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
-    )
+    job_id, _ = await awaiting_with_notice(store, now, ttl=100)
     too_late = await store.submit_response("t1", job_id, "out", now=now + 101, claim_for=None, lease=LEASE)
     assert not too_late.ok and too_late.job is not None
     assert too_late.job.status is S.EXPIRED and too_late.job.error_code == "job_expired"
@@ -203,16 +210,8 @@ async def test_a_response_stops_the_retries_of_its_awaiting_response_notice(stor
     """The notice was failing and retrying when the backend answered (it polled the job): the
     retry must not reach the receiver after the job moved on, perhaps after job.completed."""
     now = time.time()
-    job_id = await create(store, new_job(now=now))
-    other_id = await create(store, new_job(now=now))
-    notices = [
-        NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
-        for _ in "ab"
-    ]
-    for jid, notice in zip((job_id, other_id), notices, strict=True):
-        assert await store.transition(
-            jid, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
-        )
+    job_id, _ = await awaiting_with_notice(store, now)
+    _, other_notice = await awaiting_with_notice(store, now)
     claimed = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
     for d in claimed:  # both failed once, retry in 5 s
         failed = Attempt(d.id, d.job_id, d.event, 1, now, 1.0, 500, "http_500", "", now + 5)
@@ -221,18 +220,14 @@ async def test_a_response_stops_the_retries_of_its_awaiting_response_notice(stor
     assert answered.ok and answered.job is not None and answered.job.delivery is not None
     assert answered.job.delivery.next_attempt_at is None  # what the 202 shows: no retry to come
     due = await store.claim_deliveries("w1", now=now + 6, lease=LEASE, limit=10)
-    assert [d.id for d in due] == [notices[1].id]  # only the unanswered job's notice retries
+    assert [d.id for d in due] == [other_notice.id]  # only the unanswered job's notice retries
     job = await store.get_job("t1", job_id)
     assert job is not None and job.delivery is not None and job.delivery.next_attempt_at is None
 
 
 async def test_a_410_to_the_awaiting_response_notice_fails_the_job(store: Store) -> None:
     now = time.time()
-    job_id = await create(store, new_job(now=now))
-    notice = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
-    assert await store.transition(
-        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
-    )
+    job_id, _ = await awaiting_with_notice(store, now)
     [d] = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
     gone = Attempt(d.id, job_id, d.event, 1, now, 1.0, 410, "http_410", "", None)
     changes = JobChanges(error_code="webhook_gone", error_message="gone")
@@ -254,11 +249,7 @@ async def test_an_overdue_webhook_is_dropped_and_its_job_expires(store: Store) -
     """A retry that came due before expires_at but was claimed after it (its worker was down):
     not sent; an unfinished job expires with it, a finished job's notice alone ends failed."""
     now = time.time()
-    waiting = await create(store, new_job(now=now, ttl=100))
-    notice = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 100)
-    assert await store.transition(
-        waiting, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[notice]
-    )
+    waiting, _ = await awaiting_with_notice(store, now, ttl=100)
     blocked = await create(store, new_job(now=now, ttl=100))
     blocked_notice = NewDelivery(ids.webhook_id(), "job.inbound_blocked", "http://r.test/", b"{}", now + 100)
     assert await store.transition(
@@ -283,11 +274,7 @@ async def test_an_overdue_webhook_is_dropped_and_its_job_expires(store: Store) -
 
 async def test_cancel_stops_pending_deliveries(store: Store) -> None:
     now = time.time()
-    job_id = await create(store)
-    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
-    assert await store.transition(
-        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
-    )
+    job_id, _ = await awaiting_with_notice(store, now)
     result = await store.cancel_job("t1", job_id, now=now)
     assert result.ok and result.job is not None and result.job.status is S.CANCELLED
     assert result.job.error_code == "cancelled"
@@ -425,11 +412,7 @@ async def test_json_comes_back_exactly_as_stored(store: Store) -> None:
 async def test_receiver_text_with_nul_is_recorded(store: Store) -> None:
     """A receiver's answer may hold any byte; logging the attempt must not fail on it."""
     now = time.time()
-    job_id = await create(store, new_job(now=now))
-    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 3600)
-    assert await store.transition(
-        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
-    )
+    job_id, _ = await awaiting_with_notice(store, now)
     [d] = await store.claim_deliveries("w1", now=now, lease=LEASE, limit=10)
     attempt = Attempt(d.id, job_id, d.event, 1, now, 1.0, 500, "bad\x00error", "body\x00here", now + 5)
     assert await store.record_attempt(attempt, owner="w1", state=DeliveryState.PENDING, now=now)
@@ -441,11 +424,7 @@ async def test_receiver_text_with_nul_is_recorded(store: Store) -> None:
 async def test_a_job_past_expires_at_is_expired_not_cancelled(store: Store) -> None:
     """Not swept yet, but overdue: cancel answers like /response does (expired), on every store."""
     now = time.time()
-    job_id = await create(store, new_job(now=now, ttl=10))
-    hook = NewDelivery(ids.webhook_id(), "job.awaiting_response", "http://r.test/", b"{}", now + 10)
-    assert await store.transition(
-        job_id, [S.PROCESSING_INBOUND, S.AWAITING_RESPONSE], now=now, deliveries=[hook]
-    )
+    job_id, _ = await awaiting_with_notice(store, now, ttl=10)
     result = await store.cancel_job("t1", job_id, now=now + 11)
     assert not result.ok and result.job is not None
     assert result.job.status is S.EXPIRED and result.job.error_code == "job_expired"
