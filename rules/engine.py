@@ -21,7 +21,7 @@ from rules.detectors.custom import CustomDetector
 from rules.detectors.injection import InjectionDetector
 from rules.detectors.pii import DEFAULT_PHONE_REGIONS, PiiDetector
 from rules.detectors.secrets import SecretsDetector
-from rules.detectors.unhide import normalize, tricky_texts
+from rules.detectors.unhide import Normalized, tricky_texts
 from rules.detectors.unicode import UnicodeDetector
 from rules.model import (
     ALLOWED,
@@ -144,8 +144,9 @@ class RuleSet:
         findings: list[Finding] = []
         for detector in detectors:
             findings += detector.find(doc)
-        if not doc.ascii and self._unhide and tricky_texts(doc):
-            findings += self._unhidden(doc.text)
+        if not doc.ascii and self._unhide:
+            for normalized in tricky_texts(doc).values():  # this one text, if it holds a trick
+                findings += self._unhidden(normalized)
         if not findings:
             return Verdict(ALLOWED, text, ())
         decision = self._decide(text, findings)
@@ -175,12 +176,12 @@ class RuleSet:
         findings: list[Finding] = []
         for detector in self._detectors:
             findings.extend(detector.find(doc))
-        tricky = tricky_texts(doc) if not doc.ascii and self._unhide else ()
+        tricky = tricky_texts(doc) if not doc.ascii and self._unhide else {}
         if not findings and not tricky:
             return {}
         grouped = self._split(doc, findings, texts) if findings else {}
-        for i in tricky:
-            unhidden = self._unhidden(doc.segments[i])
+        for i, normalized in tricky.items():
+            unhidden = self._unhidden(normalized)
             if unhidden:
                 grouped[i] = grouped.get(i, []) + unhidden
         decisions: dict[int, Decision] = {}
@@ -226,11 +227,11 @@ class RuleSet:
                 grouped.pop(i, None)
         return grouped
 
-    def _unhidden(self, text: str) -> list[Finding]:
-        """What the exact-spelling packs find in `text` once its Unicode tricks are undone
-        (`bob\u200b@example.com`, a key spelled in full-width letters), as spans of `text`: a span
-        covers the hidden characters inside it, so redacting it leaves none of the entity."""
-        norm, index = normalize(text)
+    def _unhidden(self, normalized: Normalized) -> list[Finding]:
+        """What the exact-spelling packs find in a text once its Unicode tricks are undone
+        (`bob\u200b@example.com`, a key spelled in full-width letters), as spans of the original:
+        a span covers the hidden characters inside it, so redacting it leaves none of the entity."""
+        norm, index = normalized
         doc = Doc.single(norm)
         out: list[Finding] = []
         for detector in self._unhide:

@@ -96,7 +96,8 @@ class Doc:
         self.ascii: bool = text.isascii()
         self._data: bytes | None = _utf8
         self._nonascii: tuple[Doc, list[int]] | None = None
-        self._tricky: list[int] | None = None  # see `rules.detectors.unhide.tricky_texts`
+        # see `rules.detectors.unhide.tricky_texts`: index -> (normalised text, offset map)
+        self._tricky: dict[int, tuple[str, list[int]]] | None = None
         if not self.ascii and _utf8 is None:
             if len(segments) == 1:
                 try:

@@ -37,7 +37,7 @@ from rules.detectors.base import (
     iter_nonascii,
     next_span,
 )
-from rules.detectors.unhide import normalize, tricky_texts
+from rules.detectors.unhide import tricky_texts
 
 CATEGORY = "prompt_injection"
 
@@ -877,14 +877,14 @@ class InjectionDetector:
         return RULES
 
     def find(self, doc: Doc) -> list[Finding]:
-        special = set(tricky_texts(doc))  # texts with Unicode tricks: scanned after normalisation
+        tricky = tricky_texts(doc)  # texts with Unicode tricks: scanned after normalisation
+        special = set(tricky)
         out: list[Finding] = []
         ledger = None if self.exhaustive else _Ledger(self.stop_at, self.disabled)
         _anchored(doc, special, out, ledger)
         _procedural(doc, special, out, ledger)
-        for i in sorted(special):
+        for i, (norm, index) in tricky.items():
             base = doc.starts[i]
-            norm, index = normalize(doc.segments[i])
             for s, e, rule, score in analyze(norm):
                 out.append((base + index[s], base + index[max(s, e - 1)] + 1, rule, score))
         if self.disabled:

@@ -36,7 +36,11 @@ _NORMALIZE_RUNS = re.compile(
 )
 
 
-def normalize(text: str) -> tuple[str, list[int]]:
+#: A text with its tricks undone, and where each of its characters came from (see `normalize`).
+Normalized = tuple[str, list[int]]
+
+
+def normalize(text: str) -> Normalized:
     """Undo the Unicode tricks that hide words from patterns; return the text and an offset map.
 
     Format characters (zero-width, bidi, variation selectors) are dropped, Unicode tag characters
@@ -76,12 +80,13 @@ def normalize(text: str) -> tuple[str, list[int]]:
     return "".join(out), index
 
 
-def tricky_texts(doc: Doc) -> list[int]:
-    """The indices, in order, of the texts of `doc` that hold a Unicode trick (none when the
-    document is ASCII). Computed once per document: every detector that asks shares it."""
+def tricky_texts(doc: Doc) -> dict[int, Normalized]:
+    """The texts of `doc` that hold a Unicode trick (none when the document is ASCII), by index
+    in order, each with its `normalize`d form: everyone who asks scans that form. Computed once
+    per document, so the detectors and the engine share both the search and the normalising."""
     found = doc._tricky
     if found is None:
-        found = []
+        found = {}
         if not doc.ascii:
             sub, picked = doc.nonascii()
             data = sub.data
@@ -89,7 +94,8 @@ def tricky_texts(doc: Doc) -> list[int]:
             pos = 0
             while (hit := next_span(_TRICKS, data, pos)) is not None:
                 j = sub.segment_index(sub.char(hit[0]))
-                found.append(picked[j])
+                i = picked[j]
+                found[i] = normalize(doc.segments[i])
                 pos = len(data) if j == last else max(sub.byte_start(j + 1), hit[0] + 1)
         doc._tricky = found
     return found
